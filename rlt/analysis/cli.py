@@ -1,0 +1,109 @@
+"""Command lines behind analysis/tables.py and analysis/figures.py (kept here to be testable)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rlt.analysis.collect import POLICIES, NoResultsError, collect
+from rlt.analysis.report import ReportOptions, write_report
+from rlt.analysis.tables import Lengths
+
+
+def _lengths(values: list[str] | None, flag: str) -> Lengths:
+    """`--length 256` (every task) or repeated `--length parity=256 --length s5=512`."""
+    if not values:
+        return None
+    out: dict[str, int] = {}
+    for v in values:
+        task, sep, num = v.rpartition("=")
+        try:
+            n = int(num)
+        except ValueError:
+            raise SystemExit(f"error: {flag} {v!r}: expected N or TASK=N, e.g. parity=256") from None
+        if not sep:
+            if len(values) > 1:
+                raise SystemExit(f"error: {flag} {v!r}: give one N for all tasks or TASK=N each")
+            return n
+        out[task] = n
+    return out
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sweep_dirs", nargs="+", type=Path, metavar="SWEEP_DIR",
+                   help="sweep directories (or single run directories) to read")  # fmt: skip
+    p.add_argument("--policy", choices=POLICIES, default="min_val_loss",
+                   help="checkpoint whose test results are reported (report: min_val_loss)")  # fmt: skip
+    p.add_argument("--metric", default="acc",
+                   help="metric name in results.json (acc, token_acc, seq_acc, exact)")  # fmt: skip
+
+
+def tables_main(argv: Sequence[str] | None = None) -> int:
+    """Print every table as Markdown and write CSV, LaTeX and report.md to --out."""
+    p = argparse.ArgumentParser(
+        prog="analysis/tables.py",
+        description="The report's tables from sweep directories: Markdown on stdout, CSV and "
+        "LaTeX files in --out.",
+    )
+    _common(p)
+    p.add_argument("--out", type=Path, help="output directory (default: SWEEP_DIR/analysis)")
+    p.add_argument("--step", type=int, help="Table 1 validation step (default: each run's final)")
+    p.add_argument("--length", action="append", metavar="N|TASK=N",
+                   help="Table 2 test length (default: longest tested per task); repeatable")  # fmt: skip
+    p.add_argument("--split", help="split of the feedback-interval table (default 4+4)")
+    p.add_argument("--fb-length", action="append", metavar="N|TASK=N",
+                   help="feedback-table length (default: the report's, else longest)")  # fmt: skip
+    p.add_argument("--compare-report", action="store_true",
+                   help="add ours vs the report's numbers (analysis/reference/report.json)")  # fmt: skip
+    p.add_argument("--reference", type=Path, help="reference JSON for --compare-report")
+    p.add_argument("--no-per-seed", action="store_true", help="omit per-seed detail on stdout")
+    p.add_argument("--quiet", action="store_true", help="write files only")
+    a = p.parse_args(argv)
+    opts = ReportOptions(
+        step=a.step, metric=a.metric, policy=a.policy, lengths=_lengths(a.length, "--length"),
+        split=a.split, fb_lengths=_lengths(a.fb_length, "--fb-length"),
+        compare_report=a.compare_report, reference=a.reference, per_seed=not a.no_per_seed,
+    )  # fmt: skip
+    try:
+        c = collect(a.sweep_dirs)
+    except NoResultsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = a.out or a.sweep_dirs[0] / "analysis"
+    text, paths = write_report(c, out, opts)
+    if not a.quiet:
+        print(text)
+    print(f"wrote {len(paths)} files to {out} (report.md, CSV, LaTeX)", file=sys.stderr)
+    return 0
+
+
+def figures_main(argv: Sequence[str] | None = None) -> int:
+    """Write every figure as PNG and PDF to --out."""
+    p = argparse.ArgumentParser(
+        prog="analysis/figures.py",
+        description="The report's figures from sweep directories (PNG and PDF).",
+    )
+    _common(p)
+    p.add_argument("--out", type=Path,
+                   help="output directory (default: SWEEP_DIR/analysis/figures)")  # fmt: skip
+    p.add_argument("--format", action="append", choices=["png", "pdf", "svg"],
+                   help="file format(s) (default: png and pdf); repeatable")  # fmt: skip
+    a = p.parse_args(argv)
+    try:
+        c = collect(a.sweep_dirs)
+    except NoResultsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from rlt.analysis.figures import make_figures  # matplotlib only when drawing
+
+    out = a.out or a.sweep_dirs[0] / "analysis" / "figures"
+    results = make_figures(c, out, policy=a.policy, metric=a.metric,
+                           formats=a.format or ("png", "pdf"))  # fmt: skip
+    for r in results:
+        print("  ".join(str(p) for p in r.paths))
+    if len(c.incomplete):
+        print(f"note: {len(c.incomplete)} incomplete cell(s)/run(s) are not in the figures; "
+              "analysis/tables.py lists them", file=sys.stderr)  # fmt: skip
+    return 0

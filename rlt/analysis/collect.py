@@ -1,0 +1,477 @@
+"""Collect run directories into pandas frames: the only module that reads results.json.
+
+Analysis works from the run directories alone (docs/DESIGN.md section 4). A run directory is
+`<sweep>/<task>/<model>/<arch>/seed<N>`; it is recognised by a `results.json` or `status.json`
+(or a `config.yaml` in a `seed<N>` directory), so runs that are still going, crashed or never
+wrote results are found too: they are listed as incomplete, never dropped without a word.
+
+The expected grid of a sweep comes from `sweep.json` or `grid.json` at the sweep root:
+
+    {"preset": "paper",                       # optional, default for every cell
+     "cells": [{"task": "parity", "model": "rlt1", "split": "4+4", "seed": 42}, ...]}
+
+(cells may also carry "preset" and "feedback_interval"). Without such a file the expected grid is
+the cross product of the tasks, models and seeds seen in that sweep directory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from rlt.analysis.labels import ModelKey, model_key, task_sort_key
+
+RESULTS = "results.json"
+STATUS = "status.json"
+CONFIG = "config.yaml"
+GRID_FILES = ("sweep.json", "grid.json")
+POLICIES = ("min_val_loss", "final", "max_val_acc")
+SCHEMA_VERSION = 1
+
+# Columns that identify a run in every long frame, so any frame can be grouped on its own.
+KEYS = ["run_id", "row", "task", "preset", "label", "seed"]
+
+_SEED_DIR = re.compile(r"^seed(-?\d+)$")
+
+
+class NoResultsError(FileNotFoundError):
+    """No completed run under the given paths; the message says what to do about it."""
+
+
+@dataclass
+class Collection:
+    """Everything analysis knows about a set of sweeps, as pandas frames.
+
+    runs:       one row per run directory found (complete or not), with `used` marking the
+                runs whose results enter tables and `state` saying why the others do not.
+    val:        KEYS + step, metric, value: the in-distribution validation curve.
+    train:      KEYS + step, metric, value: the training curve (loss).
+    test:       KEYS + policy, policy_step, length, metric, value: length generalization per
+                checkpoint policy (min_val_loss is the report's).
+    expected:   row, task, preset, label, model, split, seed: the cells the grid asks for.
+    incomplete: one row per expected cell without usable results and per unusable run dir.
+    Values are fractions in [0, 1] as stored; tables convert to percent.
+    """
+
+    sweep_dirs: list[Path]
+    runs: pd.DataFrame
+    val: pd.DataFrame
+    train: pd.DataFrame
+    test: pd.DataFrame
+    expected: pd.DataFrame
+    incomplete: pd.DataFrame
+    models: dict[str, ModelKey]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def used(self) -> pd.DataFrame:
+        return self.runs[self.runs["used"]]
+
+    @property
+    def rows(self) -> list[str]:
+        """Table rows (tasks, or task [preset] when presets differ), in the report's order."""
+        frames = [self.runs[["row", "task", "preset"]], self.expected[["row", "task", "preset"]]]
+        df = pd.concat(frames).drop_duplicates("row")
+        df = df.assign(_k=[(task_sort_key(t), str(p)) for t, p in zip(df["task"], df["preset"])])
+        return list(df.sort_values("_k")["row"])
+
+    @property
+    def labels(self) -> list[str]:
+        """Model labels in the report's column order (RLT-1 splits, RLT-2, RLT-0, Transformer)."""
+        return sorted(self.models, key=lambda lab: self.models[lab].sort_key)
+
+    def row_task(self, row: str) -> str:
+        tasks = pd.concat([self.runs, self.expected])
+        return str(tasks.loc[tasks["row"] == row, "task"].iloc[0])
+
+    def expected_n(self) -> dict[tuple[str, str], int]:
+        """(row, label) -> number of seeds the grid asks for."""
+        if self.expected.empty:
+            return {}
+        grouped = self.expected.groupby(["row", "label"], dropna=False)["seed"].nunique()
+        return {k: int(v) for k, v in grouped.items()}
+
+    def row_info(self, row: str) -> dict[str, Any]:
+        """Chance level and training-length range of a row, from its first completed run."""
+        runs = self.used[self.used["row"] == row]
+        if runs.empty:
+            return {"chance": None, "train_lengths": None}
+        r = runs.iloc[0]
+        lo, hi = r["train_len_min"], r["train_len_max"]
+        return {
+            "chance": None if pd.isna(r["chance"]) else float(r["chance"]),
+            "train_lengths": None if pd.isna(lo) else (float(lo), float(hi)),
+        }
+
+
+def find_run_dirs(root: Path) -> Iterator[Path]:
+    """Run directories under root (root itself may be one), in sorted order, pruning below runs."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        files = set(filenames)
+        is_seed_dir = _SEED_DIR.match(Path(dirpath).name) is not None
+        if RESULTS in files or STATUS in files or (CONFIG in files and is_seed_dir):
+            dirnames[:] = []
+            yield Path(dirpath)
+
+
+def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Collection:
+    """Load every run under the given sweep directories.
+
+    Raises NoResultsError naming the fix when a path does not exist or, with
+    require_results, when no run under the paths has a results.json.
+    """
+    sweep_dirs = [Path(p) for p in paths]
+    if not sweep_dirs:
+        raise NoResultsError("no sweep directory given")
+    for d in sweep_dirs:
+        if not d.exists():
+            raise NoResultsError(f"{d} does not exist: check the path")
+
+    records: list[dict] = []
+    val_rows: list[dict] = []
+    train_rows: list[dict] = []
+    test_rows: list[dict] = []
+    warnings: list[str] = []
+    for i, sweep_dir in enumerate(sweep_dirs):
+        for run_dir in find_run_dirs(sweep_dir):
+            rec, val, train, test, warn = _read_run(run_dir, sweep_dir)
+            rec["sweep_index"] = i
+            records.append(rec)
+            val_rows += val
+            train_rows += train
+            test_rows += test
+            warnings += warn
+
+    runs = pd.DataFrame.from_records(records, columns=_RUN_COLUMNS)
+    if require_results and not runs["has_results"].any():
+        where = ", ".join(str(d) for d in sweep_dirs)
+        found = ""
+        if len(runs):
+            states = Counter(runs["state"])
+            found = " (found {} run directories without results: {})".format(
+                len(runs), ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+            )
+        raise NoResultsError(
+            f"no {RESULTS} under {where}{found}: run the sweep first / check the path"
+        )
+
+    _fill_presets(runs, sweep_dirs)
+    models = _assign_labels(runs)
+    _mark_duplicates(runs)
+    expected, grid_models = _expected_cells(runs, sweep_dirs)
+    for key in grid_models:
+        models.setdefault(key.label, key)
+    presets = set(runs["preset"]) | set(expected["preset"])
+    multi = len(presets) > 1
+
+    def row_of(task: str, preset: str) -> str:
+        return f"{task} [{preset}]" if multi else task
+
+    runs["row"] = [row_of(t, p) for t, p in zip(runs["task"], runs["preset"])]
+    expected["row"] = [row_of(t, p) for t, p in zip(expected["task"], expected["preset"])]
+    incomplete = _incomplete(runs, expected)
+
+    keys = runs.loc[runs["used"], KEYS]
+    val = _long(val_rows, ["run_id", "step", "metric", "value"], keys)
+    train = _long(train_rows, ["run_id", "step", "metric", "value"], keys)
+    test = _long(
+        test_rows, ["run_id", "policy", "policy_step", "length", "metric", "value"], keys
+    )
+    return Collection(
+        sweep_dirs=sweep_dirs,
+        runs=runs,
+        val=val,
+        train=train,
+        test=test,
+        expected=expected,
+        incomplete=incomplete,
+        models=models,
+        warnings=warnings,
+    )
+
+
+_RUN_COLUMNS = [
+    "run_id", "sweep_dir", "sweep", "preset", "task", "model", "family", "split", "arch",
+    "n_enc", "n_dec", "n_layers", "feedback_interval", "feedback_schedule", "seed", "data_seed",
+    "state", "has_results", "used", "step", "max_steps", "params", "sec_per_step",
+    "train_seconds", "chance", "train_len_min", "train_len_max", "selection_step", "detail",
+    "path", "sweep_index",
+]  # fmt: skip
+
+
+def _read_json(path: Path) -> tuple[dict | None, str | None]:
+    if not path.exists():
+        return None, None
+    try:
+        with open(path) as f:
+            obj = json.load(f)
+    except (OSError, ValueError) as e:
+        return None, f"{path.name} unreadable: {e}"
+    if not isinstance(obj, dict):
+        return None, f"{path.name} is not a JSON object"
+    return obj, None
+
+
+def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, list[str]]:
+    """One run directory -> (run record, val rows, train rows, test rows, warnings)."""
+    parts = run_dir.resolve().parts
+    seed_m = _SEED_DIR.match(parts[-1]) if parts else None
+    from_path = {}
+    if seed_m and len(parts) >= 4:
+        from_path = {"task": parts[-4], "model": parts[-3], "arch": parts[-2]}
+    rec: dict[str, Any] = dict.fromkeys(_RUN_COLUMNS)
+    rec.update(
+        run_id=str(run_dir),
+        path=str(run_dir),
+        sweep_dir=str(sweep_dir),
+        sweep=sweep_dir.resolve().name,
+        task=from_path.get("task"),
+        model=from_path.get("model"),
+        arch=from_path.get("arch"),
+        split=from_path.get("arch"),
+        seed=int(seed_m.group(1)) if seed_m else None,
+        has_results=False,
+        used=False,
+    )
+    warnings: list[str] = []
+
+    status, err = _read_json(run_dir / STATUS)
+    if status:
+        rec.update(
+            state=status.get("state") or "unknown",
+            step=status.get("step"),
+            max_steps=status.get("max_steps"),
+            detail=status.get("error"),
+        )
+    else:
+        rec["state"] = "no status" if err is None else "unreadable"
+        rec["detail"] = err
+
+    results, err = _read_json(run_dir / RESULTS)
+    if err:
+        rec.update(state="unreadable", detail=err)
+    if results is None:
+        if status and status.get("state") == "done":
+            rec.update(state="no results", detail=f"status says done but {RESULTS} is missing")
+        return rec, [], [], [], warnings
+
+    if results.get("schema_version") != SCHEMA_VERSION:
+        warnings.append(
+            f"{run_dir / RESULTS}: schema_version {results.get('schema_version')!r}, "
+            f"expected {SCHEMA_VERSION}; read as version {SCHEMA_VERSION}"
+        )
+    run = results.get("run") or {}
+    timing = results.get("timing") or {}
+    selection = results.get("selection") or {}
+    train_lengths = results.get("train_lengths") or []
+    for key in ("task", "model", "split", "seed"):
+        if run.get(key) is not None:
+            rec[key] = run[key]
+    rec.update(
+        {k: run.get(k) for k in ("family", "n_enc", "n_dec", "n_layers", "data_seed")},
+        feedback_interval=run.get("feedback_interval"),
+        feedback_schedule=results.get("feedback_schedule"),
+        preset=run.get("preset"),
+        state="done",
+        has_results=True,
+        used=True,
+        max_steps=results.get("max_steps", rec["max_steps"]),
+        params=results.get("params"),
+        sec_per_step=timing.get("sec_per_step"),
+        train_seconds=timing.get("train_seconds"),
+        chance=results.get("chance"),
+        train_len_min=min(train_lengths) if train_lengths else None,
+        train_len_max=max(train_lengths) if train_lengths else None,
+        selection_step=selection.get("step"),
+        detail=None,
+    )
+    if run.get("sweep"):
+        rec["sweep"] = run["sweep"]
+    if rec["seed"] is not None:
+        rec["seed"] = int(rec["seed"])
+    rec["split"] = None if rec["split"] is None else str(rec["split"])
+
+    rid = rec["run_id"]
+    val = _curve_rows(rid, results.get("val_curve"))
+    train = _curve_rows(rid, results.get("train_curve"))
+    if val:
+        rec["step"] = max(r["step"] for r in val)
+    test: list[dict] = []
+    by_policy = dict(results.get("test_by_policy") or {})
+    if "min_val_loss" not in by_policy and results.get("test"):
+        by_policy["min_val_loss"] = {"step": selection.get("step"), "rows": results["test"]}
+    for policy, block in by_policy.items():
+        for r in (block or {}).get("rows") or []:
+            if _is_number(r.get("value")) and r.get("length") is not None:
+                test.append(
+                    {
+                        "run_id": rid,
+                        "policy": policy,
+                        "policy_step": block.get("step"),
+                        "length": int(r["length"]),
+                        "metric": str(r.get("metric", "acc")),
+                        "value": float(r["value"]),
+                    }
+                )
+    return rec, val, train, test, warnings
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _curve_rows(run_id: str, curve: list | None) -> list[dict]:
+    rows = []
+    for point in curve or []:
+        if not isinstance(point, dict) or point.get("step") is None:
+            continue
+        for metric, value in point.items():
+            if metric != "step" and _is_number(value):
+                rows.append(
+                    {"run_id": run_id, "step": int(point["step"]), "metric": metric,
+                     "value": float(value)}
+                )  # fmt: skip
+    return rows
+
+
+def _fill_presets(runs: pd.DataFrame, sweep_dirs: list[Path]) -> None:
+    """Runs without results.json take the preset of their sweep directory's completed runs."""
+    for sd in map(str, sweep_dirs):
+        mask = runs["sweep_dir"] == sd
+        known = runs.loc[mask, "preset"].dropna()
+        default = Counter(known).most_common(1)[0][0] if len(known) else Path(sd).resolve().name
+        runs.loc[mask & runs["preset"].isna(), "preset"] = default
+    runs["task"] = runs["task"].fillna("unknown")
+    runs["model"] = runs["model"].fillna("unknown")
+
+
+def _assign_labels(runs: pd.DataFrame) -> dict[str, ModelKey]:
+    models: dict[str, ModelKey] = {}
+    labels = []
+    for r in runs.itertuples():
+        key = model_key(
+            model=r.model,
+            family=_none(r.family),
+            split=_none(r.split),
+            n_enc=_int(r.n_enc),
+            n_dec=_int(r.n_dec),
+            n_layers=_int(r.n_layers),
+            feedback_interval=_int(r.feedback_interval),
+            feedback_schedule=_none(r.feedback_schedule),
+        )
+        models.setdefault(key.label, key)
+        labels.append(key.label)
+    runs["label"] = labels
+    return models
+
+
+def _mark_duplicates(runs: pd.DataFrame) -> None:
+    """Two completed runs of the same task, preset, model and seed: keep the first, list the rest.
+
+    Happens when sweeps overlap or when one Transformer was trained under several split names.
+    """
+    runs.sort_values(["sweep_index", "path"], inplace=True, ignore_index=True)
+    used = runs[runs["used"]]
+    dup = used.duplicated(["task", "preset", "label", "seed"], keep="first")
+    first = used[~dup].set_index(["task", "preset", "label", "seed"])["path"]
+    for idx in used.index[dup]:
+        r = runs.loc[idx]
+        runs.loc[idx, ["used", "state"]] = [False, "duplicate"]
+        runs.loc[idx, "detail"] = f"same task, preset, model and seed as {first[(r.task, r.preset, r.label, r.seed)]}"
+
+
+def _expected_cells(
+    runs: pd.DataFrame, sweep_dirs: list[Path]
+) -> tuple[pd.DataFrame, list[ModelKey]]:
+    """The grid each sweep directory asks for: its sweep.json/grid.json, else a cross product."""
+    # Labels of observed runs by (model, split-or-arch), so a grid cell gets the same label.
+    observed: dict[tuple[str, str], str] = {}
+    for r in runs.itertuples():
+        for tag in (r.split, r.arch):
+            if tag is not None and not pd.isna(tag):
+                observed.setdefault((str(r.model), str(tag)), r.label)
+    cells: list[dict] = []
+    grid_models: list[ModelKey] = []
+    for sd in sweep_dirs:
+        in_sweep = runs[runs["sweep_dir"] == str(sd)]
+        grid = next((sd / g for g in GRID_FILES if (sd / g).is_file()), None)
+        if grid is not None:
+            spec = json.loads(grid.read_text())
+            presets = in_sweep["preset"].dropna()
+            default = spec.get("preset") or (
+                Counter(presets).most_common(1)[0][0] if len(presets) else sd.resolve().name
+            )
+            for c in spec.get("cells", []):
+                model, split = str(c["model"]), str(c.get("split"))
+                label = observed.get((model, split))
+                if label is None:
+                    key = model_key(
+                        model=model, split=split, feedback_interval=c.get("feedback_interval")
+                    )
+                    grid_models.append(key)
+                    label = key.label
+                cells.append(
+                    {"task": c["task"], "preset": c.get("preset", default), "label": label,
+                     "model": model, "split": split, "seed": int(c["seed"])}
+                )  # fmt: skip
+        else:
+            for preset, grp in in_sweep.groupby("preset", dropna=False):
+                combos = grp.drop_duplicates("label")[["label", "model", "split"]]
+                for task in grp["task"].unique():
+                    for seed in grp["seed"].dropna().unique():
+                        for c in combos.itertuples():
+                            cells.append(
+                                {"task": task, "preset": preset, "label": c.label,
+                                 "model": c.model, "split": c.split, "seed": int(seed)}
+                            )  # fmt: skip
+    cols = ["task", "preset", "label", "model", "split", "seed"]
+    expected = pd.DataFrame.from_records(cells, columns=cols)
+    expected = expected.drop_duplicates(["task", "preset", "label", "seed"], ignore_index=True)
+    return expected, grid_models
+
+
+def _incomplete(runs: pd.DataFrame, expected: pd.DataFrame) -> pd.DataFrame:
+    """Unusable run directories plus expected cells with no run directory at all."""
+    cols = ["row", "task", "preset", "label", "seed", "state", "step", "max_steps", "detail", "path"]
+    bad = runs.loc[~runs["used"], cols]
+    have = set(zip(runs["task"], runs["preset"], runs["label"], runs["seed"]))
+    missing = expected[
+        [k not in have for k in zip(expected["task"], expected["preset"], expected["label"],
+                                    expected["seed"])]
+    ]  # fmt: skip
+    missing = missing.assign(
+        state="missing", step=None, max_steps=None, detail="no run directory", path=None
+    )[cols]
+    frames = [f for f in (bad, missing) if len(f)]
+    if not frames:
+        return pd.DataFrame(columns=cols)
+    out = pd.concat(frames, ignore_index=True)
+    out["_k"] = [task_sort_key(t) for t in out["task"]]
+    return out.sort_values(["_k", "label", "seed"]).drop(columns="_k").reset_index(drop=True)
+
+
+def _long(rows: list[dict], cols: list[str], keys: pd.DataFrame) -> pd.DataFrame:
+    df = pd.DataFrame.from_records(rows, columns=cols)
+    out = keys.merge(df, on="run_id", how="inner")
+    return out.reset_index(drop=True)
+
+
+def _none(x: Any) -> Any:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return None
+    return x
+
+
+def _int(x: Any) -> int | None:
+    x = _none(x)
+    return None if x is None else int(x)

@@ -1,0 +1,261 @@
+"""The report's figures from a Collection, as PNG and PDF.
+
+Every plotting function returns FigureResult objects holding the exact points it drew
+(`data`, in percent for accuracies), so tests and readers can check a figure against the tables
+without reading pixels. Colours come from labels.model_style: the same model has the same colour
+and marker in every figure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: figures are files, never windows
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib import ticker  # noqa: E402
+
+from rlt.analysis.collect import Collection  # noqa: E402
+from rlt.analysis.labels import LENGTH_UNITS, model_style  # noqa: E402
+from rlt.analysis.tables import seed_stats  # noqa: E402
+
+S5_METRICS = {"token_acc": "prefix-token", "acc": "final-state", "seq_acc": "whole-sequence"}
+
+
+@dataclass
+class FigureResult:
+    """One saved figure: its files and the points drawn (row, label, x, mean, sd, n, ...)."""
+
+    name: str
+    paths: list[Path]
+    data: pd.DataFrame
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9+._-]+", "_", text).strip("_")
+
+
+def _save(fig: plt.Figure, out_dir: Path, name: str, formats: Sequence[str]) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        path = out_dir / f"{name}.{fmt}"
+        fig.savefig(path, dpi=150)
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def _length_axis(ax: plt.Axes, lengths: Sequence[float], task: str) -> None:
+    """Log scale (base 2) when lengths span a decade or more, with plain-number ticks."""
+    lengths = sorted(set(lengths))
+    if lengths and min(lengths) > 0 and max(lengths) / min(lengths) >= 10:
+        ax.set_xscale("log", base=2)
+        ticks = lengths if len(lengths) <= 8 else [x for x in lengths if x & (x - 1) == 0 or
+                                                   x in (lengths[0], lengths[-1])]  # fmt: skip
+        ax.xaxis.set_major_locator(ticker.FixedLocator(ticks))
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_locator(ticker.NullLocator())
+    unit = LENGTH_UNITS.get(task)
+    ax.set_xlabel(f"test length ({unit})" if unit else "test length")
+
+
+def _context(ax: plt.Axes, c: Collection, row: str, *, percent: bool = True) -> None:
+    """Training lengths shaded gray and chance as a dotted line, the report's visual language."""
+    info = c.row_info(row)
+    if info["train_lengths"]:
+        lo, hi = info["train_lengths"]
+        ax.axvspan(lo - 0.5, hi + 0.5, color="0.88", zorder=0, lw=0, label="training lengths")
+    if info["chance"] is not None:
+        ax.axhline(info["chance"] * (100 if percent else 1), color="0.35", ls=":", lw=1.2,
+                   zorder=1, label="chance")  # fmt: skip
+
+
+def _legend(fig: plt.Figure, axes: Sequence[plt.Axes]) -> None:
+    handles, labels, seen = [], [], set()
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in seen:
+                seen.add(lab)
+                handles.append(h)
+                labels.append(lab)
+    if handles:
+        fig.legend(handles, labels, loc="outside right upper", fontsize="small", frameon=False)
+
+
+def length_points(
+    c: Collection, row: str, *, policy: str = "min_val_loss", metric: str = "acc"
+) -> pd.DataFrame:
+    """Accuracy (%) per model and test length: the points of a length-generalization curve."""
+    t = c.test[(c.test["row"] == row) & (c.test["policy"] == policy)
+               & (c.test["metric"] == metric)]  # fmt: skip
+    stats = seed_stats(t.assign(value=t["value"] * 100), ["label", "length"])
+    stats.insert(0, "row", row)
+    order = {lab: i for i, lab in enumerate(c.labels)}
+    stats["_o"] = stats["label"].map(order)
+    return stats.sort_values(["_o", "length"]).drop(columns="_o").reset_index(drop=True)
+
+
+def _draw_lengths(ax: plt.Axes, c: Collection, pts: pd.DataFrame) -> None:
+    for label, grp in pts.groupby("label", sort=False):
+        style = model_style(c.models[label])
+        ax.errorbar(grp["length"], grp["mean"], yerr=grp["sd"].fillna(0), label=label,
+                    capsize=2.5, lw=1.4, ms=4, **style)  # fmt: skip
+
+
+def length_curves(
+    c: Collection,
+    out_dir: str | Path,
+    *,
+    policy: str = "min_val_loss",
+    metric: str = "acc",
+    formats: Sequence[str] = ("png", "pdf"),
+) -> list[FigureResult]:
+    """Accuracy vs test length, one figure per task plus an overview of all tasks."""
+    out = Path(out_dir)
+    results, panels = [], []
+    for row in c.rows:
+        pts = length_points(c, row, policy=policy, metric=metric)
+        if pts.empty:
+            continue
+        panels.append((row, pts))
+        fig, ax = plt.subplots(figsize=(6.4, 4.0), layout="constrained")
+        _draw_row(ax, c, row, pts, metric, policy)
+        _legend(fig, [ax])
+        name = f"length_{_slug(row)}"
+        results.append(FigureResult(name, _save(fig, out, name, formats), pts))
+    if len(panels) > 1:
+        ncol = min(3, len(panels))
+        nrow = -(-len(panels) // ncol)
+        fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.3 * nrow),
+                                 layout="constrained", squeeze=False)  # fmt: skip
+        for ax, (row, pts) in zip(axes.flat, panels):
+            _draw_row(ax, c, row, pts, metric, policy)
+        for ax in list(axes.flat)[len(panels):]:
+            ax.set_visible(False)
+        _legend(fig, list(axes.flat))
+        data = pd.concat([p for _, p in panels], ignore_index=True)
+        results.append(FigureResult("length_all", _save(fig, out, "length_all", formats), data))
+    return results
+
+
+def _draw_row(ax: plt.Axes, c: Collection, row: str, pts: pd.DataFrame, metric: str,
+              policy: str) -> None:  # fmt: skip
+    _context(ax, c, row)
+    _draw_lengths(ax, c, pts)
+    _length_axis(ax, pts["length"].tolist(), c.row_task(row))
+    ax.set_ylabel(f"test {metric} (%)")
+    ax.set_ylim(-3, 103)
+    ax.set_title(f"{row} ({policy})" if policy != "min_val_loss" else row)
+    ax.grid(True, alpha=0.3)
+
+
+def curve_points(c: Collection, frame: pd.DataFrame, row: str, metric: str,
+                 scale: float = 1.0) -> pd.DataFrame:  # fmt: skip
+    """Mean and SD over seeds per model and step (validation or training curves)."""
+    f = frame[(frame["row"] == row) & (frame["metric"] == metric)]
+    stats = seed_stats(f.assign(value=f["value"] * scale), ["label", "step"])
+    stats.insert(0, "row", row)
+    order = {lab: i for i, lab in enumerate(c.labels)}
+    stats["_o"] = stats["label"].map(order)
+    return stats.sort_values(["_o", "step"]).drop(columns="_o").reset_index(drop=True)
+
+
+def _curves(c: Collection, frame: pd.DataFrame, out: Path, *, metric: str, scale: float,
+            prefix: str, ylabel: str, log_y: bool, formats: Sequence[str],
+            chance: bool) -> list[FigureResult]:  # fmt: skip
+    results = []
+    for row in c.rows:
+        pts = curve_points(c, frame, row, metric, scale)
+        if pts.empty:
+            continue
+        fig, ax = plt.subplots(figsize=(6.4, 4.0), layout="constrained")
+        if chance:
+            info = c.row_info(row)
+            if info["chance"] is not None:
+                ax.axhline(info["chance"] * scale, color="0.35", ls=":", lw=1.2, label="chance")
+        for label, grp in pts.groupby("label", sort=False):
+            style = model_style(c.models[label])
+            ax.plot(grp["step"], grp["mean"], label=label, color=style["color"], lw=1.4)
+            sd = grp["sd"].fillna(0)
+            ax.fill_between(grp["step"], grp["mean"] - sd, grp["mean"] + sd,
+                            color=style["color"], alpha=0.18, lw=0)  # fmt: skip
+        if log_y and (pts["mean"] > 0).all():
+            ax.set_yscale("log")
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel(ylabel)
+        ax.set_title(row)
+        ax.grid(True, alpha=0.3)
+        _legend(fig, [ax])
+        name = f"{prefix}_{_slug(row)}"
+        results.append(FigureResult(name, _save(fig, out, name, formats), pts))
+    return results
+
+
+def val_curves(c: Collection, out_dir: str | Path, *, metric: str = "acc",
+               formats: Sequence[str] = ("png", "pdf")) -> list[FigureResult]:  # fmt: skip
+    """Validation accuracy vs step per task, mean with a ± SD band over seeds."""
+    return _curves(c, c.val, Path(out_dir), metric=metric, scale=100, prefix=f"val_{metric}",
+                   ylabel=f"validation {metric} (%)", log_y=False, formats=formats,
+                   chance=True)  # fmt: skip
+
+
+def train_loss_curves(c: Collection, out_dir: str | Path, *,
+                      formats: Sequence[str] = ("png", "pdf")) -> list[FigureResult]:  # fmt: skip
+    """Training loss vs step per task, mean with a ± SD band over seeds, log y."""
+    return _curves(c, c.train, Path(out_dir), metric="loss", scale=1.0, prefix="train_loss",
+                   ylabel="training loss", log_y=True, formats=formats, chance=False)  # fmt: skip
+
+
+def s5_panels(c: Collection, out_dir: str | Path, *, policy: str = "min_val_loss",
+              formats: Sequence[str] = ("png", "pdf")) -> list[FigureResult]:  # fmt: skip
+    """Prefix-token, final-state and whole-sequence accuracy vs length for the S5 tasks.
+
+    Drawn for every task whose test rows carry all three metrics.
+    """
+    out = Path(out_dir)
+    results = []
+    for row in c.rows:
+        here = c.test[(c.test["row"] == row) & (c.test["policy"] == policy)]
+        if not set(S5_METRICS) <= set(here["metric"]):
+            continue
+        fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), sharey=True, layout="constrained")
+        frames = []
+        for ax, (metric, title) in zip(axes, S5_METRICS.items()):
+            pts = length_points(c, row, policy=policy, metric=metric).assign(metric=metric)
+            frames.append(pts)
+            _context(ax, c, row)
+            _draw_lengths(ax, c, pts)
+            _length_axis(ax, pts["length"].tolist(), c.row_task(row))
+            ax.set_title(f"{row}: {title} accuracy")
+            ax.set_ylim(-3, 103)
+            ax.grid(True, alpha=0.3)
+        axes[0].set_ylabel("test accuracy (%)")
+        _legend(fig, list(axes))
+        name = f"s5_panel_{_slug(row)}"
+        results.append(FigureResult(name, _save(fig, out, name, formats),
+                                    pd.concat(frames, ignore_index=True)))  # fmt: skip
+    return results
+
+
+def make_figures(
+    c: Collection,
+    out_dir: str | Path,
+    *,
+    policy: str = "min_val_loss",
+    metric: str = "acc",
+    formats: Sequence[str] = ("png", "pdf"),
+) -> list[FigureResult]:
+    """Every figure: length curves, validation curves, training loss, S5 panels."""
+    return [
+        *length_curves(c, out_dir, policy=policy, metric=metric, formats=formats),
+        *val_curves(c, out_dir, metric=metric, formats=formats),
+        *train_loss_curves(c, out_dir, formats=formats),
+        *s5_panels(c, out_dir, policy=policy, formats=formats),
+    ]

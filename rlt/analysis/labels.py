@@ -1,0 +1,147 @@
+"""Model labels, their order and their colours: one definition so every table and figure agrees.
+
+A label names an architecture the way the report's tables do: "RLT-1 4+4", "RLT-2 B=4 4+4",
+"RLT-0 4+4", "Transformer 8". Seeds of the same label are aggregated into one table cell.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Report order of the tasks (Table 1); tasks we do not know come after, alphabetically.
+TASK_ORDER = ("addition", "parity", "mod5_flat", "mod5_brackets", "s5_swaps", "s5")
+
+# What one unit of "length" counts, per task (SPEC section 3), for axis labels.
+LENGTH_UNITS = {
+    "addition": "digits per operand",
+    "parity": "bits",
+    "mod5_flat": "symbols",
+    "mod5_brackets": "characters",
+    "s5": "operations",
+    "s5_swaps": "operations",
+}
+
+_VARIANT_RANK = {"RLT-1": 0, "RLT-2": 1, "RLT-0": 2, "Transformer": 3}
+_MODEL_NAME = re.compile(r"^rlt[-_]?([012])(?:[-_]?b(\d+))?", re.IGNORECASE)
+_SPLIT = re.compile(r"^(\d+)\+(\d+)$")
+_LAYERS_TAG = re.compile(r"^L(\d+)$")
+
+
+@dataclass(frozen=True)
+class ModelKey:
+    """The architecture of a run, reduced to what tables group by."""
+
+    variant: str  # "RLT-1", "RLT-2", "RLT-0", "Transformer" or the raw model name
+    split: str | None  # literal split string ("4+4"); None for the Transformer
+    n_enc: int | None
+    n_dec: int | None
+    n_layers: int | None
+    feedback_interval: int | None
+    schedule: tuple[int, ...] | None = None  # chunk sizes of a feedback schedule, in order
+
+    @property
+    def label(self) -> str:
+        if self.variant == "Transformer":
+            return f"Transformer {self.n_layers}" if self.n_layers else "Transformer"
+        name = self.variant
+        if self.variant == "RLT-2":
+            if self.schedule:
+                name = "RLT-2 B=" + "→".join(str(b) for b in self.schedule)
+            else:
+                name = f"RLT-2 B={self.feedback_interval}"
+        return f"{name} {self.split}" if self.split else name
+
+    @property
+    def sort_key(self) -> tuple:
+        rank = _VARIANT_RANK.get(self.variant, 9)
+        b = -1 if self.schedule else (self.feedback_interval or 0)
+        return (rank, b, self.n_layers or 0, self.n_enc or 0, self.label)
+
+
+def parse_split(split: str | None) -> tuple[int | None, int | None]:
+    """(n_enc, n_dec) from a literal split string such as "4+4"; (None, None) otherwise."""
+    m = _SPLIT.match(str(split)) if split is not None else None
+    return (int(m.group(1)), int(m.group(2))) if m else (None, None)
+
+
+def model_key(
+    *,
+    model: str | None,
+    family: str | None = None,
+    split: str | None = None,
+    n_enc: int | None = None,
+    n_dec: int | None = None,
+    n_layers: int | None = None,
+    feedback_interval: int | None = None,
+    feedback_schedule: list | None = None,
+) -> ModelKey:
+    """Classify a run from its results.json fields, falling back on its directory names.
+
+    Runs that died before writing results.json only have their path (task/model/arch/seedN),
+    so the same function must work from a model name ("rlt2_b4") and an arch tag ("L8", "4+4").
+    """
+    model = model or ""
+    layers_tag = _LAYERS_TAG.match(str(split)) if split is not None else None
+    if layers_tag:
+        n_layers = n_layers or int(layers_tag.group(1))
+        split = None
+    pe, pd_ = parse_split(split)
+    n_enc = n_enc if n_enc is not None else pe
+    n_dec = n_dec if n_dec is not None else pd_
+    if n_layers is None and n_enc is not None and n_dec is not None:
+        n_layers = n_enc + n_dec
+    if family == "transformer" or model.lower().startswith("transformer"):
+        return ModelKey("Transformer", None, None, None, n_layers, None)
+
+    schedule = None
+    if feedback_schedule:
+        schedule = tuple(int(stage[1]) for stage in feedback_schedule)
+    m = _MODEL_NAME.match(model)
+    if m:
+        variant = f"RLT-{m.group(1)}"
+        if variant == "RLT-2" and feedback_interval is None and m.group(2):
+            feedback_interval = int(m.group(2))
+    elif family == "rlt" or model.lower().startswith("rlt"):
+        variant = "RLT-0" if feedback_interval is None else "RLT-1" if feedback_interval == 1 else "RLT-2"
+    else:
+        variant = model or "unknown"
+    if schedule and variant != "RLT-0":
+        variant = "RLT-2"
+    if variant == "RLT-0":
+        feedback_interval = None
+    if split is None and n_enc is not None and n_dec is not None:
+        split = f"{n_enc}+{n_dec}"
+    return ModelKey(variant, split, n_enc, n_dec, n_layers, feedback_interval, schedule)
+
+
+def task_sort_key(task: str) -> tuple:
+    return (TASK_ORDER.index(task), "") if task in TASK_ORDER else (len(TASK_ORDER), task)
+
+
+_CMAPS = {"RLT-1": "Blues", "RLT-2": "Oranges", "RLT-0": "Greens", "Transformer": "Greys"}
+_MARKERS = "os^Dv<>p*hX"
+
+
+def model_style(key: ModelKey) -> dict:
+    """Colour and marker of a model, a pure function of its key.
+
+    Deterministic rather than assigned in order of appearance, so a model keeps its colour
+    across figures, sweeps and invocations: the family picks the hue, the share of decoder
+    blocks the shade (4+4 darkest), the split the marker.
+    """
+    from matplotlib import colormaps
+
+    cmap = colormaps[_CMAPS.get(key.variant, "Purples")]
+    if key.schedule:
+        cmap = colormaps["Purples"]
+    if key.variant == "Transformer":
+        shade = 0.95 if (key.n_layers or 8) <= 8 else 0.65
+        marker = "x"
+    else:
+        frac = (key.n_dec / key.n_layers) if key.n_dec is not None and key.n_layers else 0.5
+        shade = 0.45 + 0.5 * min(frac / 0.5, 1.0)
+        if key.variant == "RLT-2" and key.feedback_interval and not key.schedule:
+            shade = min(1.0, max(0.3, shade - 0.1 * (key.feedback_interval.bit_length() - 3)))
+        marker = _MARKERS[(key.n_dec or 0) % len(_MARKERS)]
+    return {"color": cmap(shade), "marker": marker}

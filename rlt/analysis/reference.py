@@ -1,0 +1,86 @@
+"""Side by side with the report's numbers (analysis/reference/report.json, from SPEC section 4).
+
+Each reference entry is a query (task, model label, validation step or test length, policy,
+optionally max_steps and seeds) plus the report's mean and SD; we answer the same query from our
+runs, so the comparison never depends on which table options the user chose.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from rlt.analysis import render
+from rlt.analysis.collect import Collection
+from rlt.analysis.tables import Table, seed_stats
+
+# The repository's copy; the CLI's --reference overrides it.
+DEFAULT_REFERENCE = Path(__file__).resolve().parents[2] / "analysis" / "reference" / "report.json"
+
+_TABLE_NAMES = {"table1": "Table 1", "table2": "Table 2", "feedback": "feedback", "text": "text"}
+
+
+def load_reference(path: str | Path | None = None) -> dict:
+    path = Path(path) if path else DEFAULT_REFERENCE
+    if not path.is_file():
+        raise FileNotFoundError(f"reference file {path} not found: pass --reference PATH")
+    return json.loads(path.read_text())
+
+
+def compare_table(c: Collection, reference: dict, *, metric: str = "acc") -> Table:
+    """Our mean ± SD next to the report's for every reference entry our runs can answer."""
+    records = []
+    unmatched = 0
+    for e in reference["entries"]:
+        runs = c.used[(c.used["task"] == e["task"]) & (c.used["label"] == e["model"])]
+        if e.get("max_steps") is not None:
+            runs = runs[runs["max_steps"] == e["max_steps"]]
+        if e.get("seeds"):
+            runs = runs[runs["seed"].isin(e["seeds"])]
+        if e["kind"] == "val":
+            v = c.val[(c.val["metric"] == metric) & (c.val["step"] == e["step"])]
+            at = f"step {e['step']}"
+        else:
+            v = c.test[(c.test["metric"] == metric) & (c.test["length"] == e["length"])
+                       & (c.test["policy"] == e.get("policy", "min_val_loss"))]  # fmt: skip
+            at = f"length {e['length']}"
+        v = v[v["run_id"].isin(runs["run_id"])]
+        if v.empty:
+            unmatched += 1
+            continue
+        stats = seed_stats(v.assign(value=v["value"] * 100), ["row"])
+        for s in stats.itertuples():
+            records.append(
+                {"row": s.row, "column": e["model"], "source": _TABLE_NAMES.get(e["table"],
+                 e["table"]), "at": at, "mean": s.mean, "sd": s.sd, "n": int(s.n),
+                 "report_mean": e["mean"], "report_sd": e.get("sd"),
+                 "diff": s.mean - e["mean"], "note": e.get("note", "")}
+            )  # fmt: skip
+    data = pd.DataFrame.from_records(
+        records,
+        columns=["row", "column", "source", "at", "mean", "sd", "n", "report_mean", "report_sd",
+                 "diff", "note"],
+    )  # fmt: skip
+    display = pd.DataFrame(
+        {
+            "task": data["row"].values,
+            "model": data["column"].values,
+            "at": data["at"].values,
+            "ours": [render.fmt_cell(r.mean, r.sd, r.n) + (f" (n={r.n})" if r.n < 3 else "")
+                     for r in data.itertuples()],  # fmt: skip
+            "report": [render.fmt_cell(r.report_mean, _nan(r.report_sd), 3)
+                       for r in data.itertuples()],  # fmt: skip
+            "Δ mean": [f"{d:+.2f}" for d in data["diff"]],
+        },
+        index=pd.Index(data["source"].values),
+    )
+    notes = [f"{unmatched} of {len(reference['entries'])} reference entries have no matching "
+             "runs here (other tasks, models, steps or lengths) and are not shown"]  # fmt: skip
+    return Table("compare_report", "Ours vs the report (%), Δ = our mean - report mean", display,
+                 data, index_header="source", notes=notes)  # fmt: skip
+
+
+def _nan(x: object) -> float:
+    return float("nan") if x is None else float(x)

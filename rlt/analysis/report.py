@@ -1,0 +1,168 @@
+"""All tables of a set of sweeps as one Markdown report, plus CSV/LaTeX files on disk."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlt.analysis.collect import Collection, collect
+from rlt.analysis.reference import compare_table, load_reference
+from rlt.analysis.tables import (
+    Lengths,
+    Table,
+    cost_table,
+    feedback_table,
+    incomplete_table,
+    length_table,
+    params_table,
+    policy_table,
+    test_table,
+    val_table,
+)
+
+
+@dataclass
+class ReportOptions:
+    """What the tables CLI lets a user choose; defaults reproduce the report's tables."""
+
+    step: int | None = None  # Table 1 step; None = each run's final validation step
+    metric: str = "acc"
+    policy: str = "min_val_loss"
+    lengths: Lengths = None  # Table 2 length(s); None = longest tested per task
+    split: str | None = None  # feedback table split; None = 4+4, else the best-covered split
+    fb_lengths: Lengths = None
+    compare_report: bool = False
+    reference: str | Path | None = None
+    per_seed: bool = True
+
+
+def feedback_split(c: Collection, split: str | None) -> str | None:
+    """The split the feedback table uses: the given one, 4+4, or the one with most variants."""
+    if split:
+        return split
+    variants: dict[str, set] = {}
+    for k in c.models.values():
+        if k.split and k.variant.startswith("RLT"):
+            variants.setdefault(k.split, set()).add(k.variant)
+    if "4+4" in variants or not variants:
+        return "4+4" if variants else None
+    return max(variants, key=lambda s: (len(variants[s]), s == "4+4"))
+
+
+def build_tables(c: Collection, opts: ReportOptions | None = None) -> dict[str, Table]:
+    """Every table, keyed by role: table1, table2, feedback, lengths, policies, params, cost,
+    compare (with compare_report), incomplete."""
+    o = opts or ReportOptions()
+    tables = {
+        "table1": val_table(c, step=o.step, metric=o.metric),
+        "table2": test_table(c, policy=o.policy, lengths=o.lengths, metric=o.metric),
+    }
+    split = feedback_split(c, o.split)
+    if split:
+        tables["feedback"] = feedback_table(c, split=split, policy=o.policy,
+                                            lengths=o.fb_lengths, metric=o.metric)  # fmt: skip
+    tables["lengths"] = length_table(c, policy=o.policy, metric=o.metric)
+    tables["policies"] = policy_table(c, lengths=o.lengths, metric=o.metric)
+    tables["params"] = params_table(c)
+    tables["cost"] = cost_table(c)
+    if o.compare_report:
+        tables["compare"] = compare_table(c, load_reference(o.reference), metric=o.metric)
+    tables["incomplete"] = incomplete_table(c)
+    return tables
+
+
+def _header(c: Collection) -> list[str]:
+    used = c.used
+    states = Counter(c.incomplete["state"])
+    lines = [
+        "Sweeps: " + ", ".join(f"`{d}`" for d in c.sweep_dirs),
+        "",
+        f"{len(used)} run(s) with results over {used['task'].nunique()} task(s), "
+        f"{used['label'].nunique()} model(s), seeds "
+        + ", ".join(str(s) for s in sorted(used["seed"].dropna().unique())) + ".",
+    ]
+    if states:
+        lines.append("Incomplete: " + ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+                     + " (listed at the end).")  # fmt: skip
+    lines.append("Accuracies in %, mean ± sample SD (ddof=1) over seeds; "
+                 "(n=a/b) marks cells with fewer seeds than the grid expects.")  # fmt: skip
+    lines += [f"- warning: {w}" for w in c.warnings]
+    return lines
+
+
+def render_report(c: Collection, tables: dict[str, Table], *, per_seed: bool = True) -> str:
+    """The whole report as Markdown: header, each table, incomplete cells, per-seed detail."""
+    parts = ["# Results", "", *_header(c), ""]
+    for key, table in tables.items():
+        if key != "incomplete":
+            parts.append(table.markdown(level=2))
+    inc = tables["incomplete"]
+    if inc.data.empty:
+        parts.append("## Incomplete\n\nnone: every expected cell has results.\n")
+    else:
+        parts.append(inc.markdown(level=2))
+    if per_seed:
+        parts.append("## Per-seed detail\n")
+        for key in ("table1", "table2", "feedback"):
+            t = tables.get(key)
+            if t is not None and t.per_seed is not None and not t.per_seed.empty:
+                parts.append(f"### {t.title.split(':')[0]} ({t.name})\n")
+                parts.append(_md_per_seed(t) + "\n")
+    return "\n".join(parts)
+
+
+def _md_per_seed(t: Table) -> str:
+    from rlt.analysis import render
+
+    return render.markdown(t.per_seed.fillna(""), "cell")
+
+
+def write_report(
+    c: Collection, out_dir: str | Path, opts: ReportOptions | None = None
+) -> tuple[str, list[Path]]:
+    """Build every table, write CSV/LaTeX/per-seed files, report.md and the raw frames.
+
+    Returns the Markdown report and the written paths.
+    """
+    o = opts or ReportOptions()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tables = build_tables(c, o)
+    paths: list[Path] = []
+    for table in tables.values():
+        paths += table.write(out)
+    text = render_report(c, tables, per_seed=o.per_seed)
+    (out / "report.md").write_text(text)
+    paths.append(out / "report.md")
+    for name in ("runs", "val", "train", "test"):
+        path = out / f"{name}.csv"
+        getattr(c, name).to_csv(path, index=False)
+        paths.append(path)
+    return text, paths
+
+
+def markdown_summary(
+    source: Collection | str | Path | Sequence[str | Path],
+    *,
+    policy: str = "min_val_loss",
+    metric: str = "acc",
+) -> str:
+    """A short Markdown summary for the end of a training run or demo grid.
+
+    Final validation accuracy, test accuracy at every tested length and anything incomplete,
+    from the run directories alone; the training code prints it.
+    """
+    if isinstance(source, Collection):
+        c = source
+    else:
+        paths = [source] if isinstance(source, str | Path) else list(source)
+        c = collect(paths)
+    parts = [
+        val_table(c, metric=metric).markdown(),
+        length_table(c, policy=policy, metric=metric).markdown(),
+    ]
+    if len(c.incomplete):
+        parts.append(incomplete_table(c).markdown())
+    return "\n".join(parts)

@@ -1,0 +1,501 @@
+"""The report's tables (and a few it lacks) from a Collection.
+
+Every accuracy cell is mean ± sample SD (ddof=1) over seeds, in percent, as in the report; the
+raw per-seed values travel with every table (`Table.per_seed`) because three seeds can diverge
+wildly (the report's flat mod-5 4+4: 17.58, 19.53, 98.96). A cell with fewer seeds than the
+grid expects shows n; cells the grid expects but nobody ran show "– (n=0/3)".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from rlt.analysis import render
+from rlt.analysis.collect import POLICIES, Collection
+from rlt.analysis.labels import parse_split
+
+# Lengths of the report's feedback-interval table (SPEC section 4); other tasks use their
+# longest tested length.
+FEEDBACK_LENGTHS = {"parity": 64, "s5_swaps": 48, "s5": 32, "mod5_flat": 63, "mod5_brackets": 64}
+
+Lengths = int | Mapping[str, int] | None
+
+
+@dataclass
+class Table:
+    """One table: formatted for reading (`display`) and numeric for checking (`data`).
+
+    data columns for accuracy tables: row (display row), key (collection row), column, mean,
+    sd, n, n_expected, min, max, seeds, values (percent); other tables carry their own columns.
+    """
+
+    name: str
+    title: str
+    display: pd.DataFrame
+    data: pd.DataFrame
+    index_header: str = "task"
+    per_seed: pd.DataFrame | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def cell(self, row: str, column: str) -> pd.Series:
+        """The numeric record of one cell (row as displayed), for tests and scripts."""
+        hit = self.data[(self.data["row"] == row) & (self.data["column"] == column)]
+        if hit.empty:
+            raise KeyError(f"{self.name}: no cell ({row!r}, {column!r})")
+        return hit.iloc[0]
+
+    def markdown(self, *, per_seed: bool = False, level: int = 3) -> str:
+        parts = [f"{'#' * level} {self.title}", ""]
+        if self.display.empty:
+            parts.append("(no data)")
+        else:
+            parts.append(render.markdown(self.display, self.index_header))
+        if self.notes:
+            parts += [""] + [f"- {n}" for n in self.notes]
+        if per_seed and self.per_seed is not None and not self.per_seed.empty:
+            parts += ["", f"Per-seed values (%), {self.title.split(':')[0]}:", ""]
+            parts.append(render.markdown(self.per_seed, "cell"))
+        return "\n".join(parts) + "\n"
+
+    def latex(self) -> str:
+        return render.latex(
+            self.display, caption=self.title, label=self.name, index_header=self.index_header
+        )
+
+    def write(self, out_dir: str | Path) -> list[Path]:
+        """CSV of the numbers, LaTeX of the display, CSV of the per-seed values."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = [out / f"{self.name}.csv", out / f"{self.name}.tex"]
+        data = self.data.copy()
+        for col in ("seeds", "values"):
+            if col in data:
+                data[col] = [" ".join(map(_num, v)) for v in data[col]]
+        data.to_csv(paths[0], index=False)
+        paths[1].write_text(self.latex())
+        if self.per_seed is not None and not self.per_seed.empty:
+            paths.append(out / f"{self.name}_per_seed.csv")
+            self.per_seed.to_csv(paths[-1])
+        return paths
+
+
+def _num(v: object) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def seed_stats(values: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    """mean, sample SD (ddof=1; NaN for one seed), n, min, max, seeds and values per group."""
+    cols = [*by, "mean", "sd", "n", "min", "max", "seeds", "values"]
+    if values.empty:
+        return pd.DataFrame(columns=cols)
+    values = values.sort_values("seed")
+    g = values.groupby(list(by), dropna=False, sort=False)
+    out = g["value"].agg(["mean", "count", "min", "max"]).rename(columns={"count": "n"})
+    out["sd"] = g["value"].std(ddof=1)
+    out["seeds"] = g["seed"].agg(tuple)
+    out["values"] = g["value"].agg(tuple)
+    return out.reset_index()[cols]
+
+
+def cell_table(
+    values: pd.DataFrame,
+    *,
+    c: Collection,
+    name: str,
+    title: str,
+    rows: Sequence[str],
+    columns: Sequence[str],
+    row_display: Mapping[str, str] | None = None,
+    row_of: Mapping[str, str] | None = None,
+    best: bool = False,
+    notes: list[str] | None = None,
+) -> Table:
+    """Aggregate `values` (row, column, seed, value in %) into a rows x columns accuracy table.
+
+    `rows` are the keys of `values["row"]`; `row_of` maps a key to its collection row where
+    they differ (one task per length), so the grid's expected seed count still applies. A cell
+    appears when it has values or the grid expects it; everything else stays blank.
+    """
+    row_display = dict(row_display or {})
+    row_of = dict(row_of or {})
+    expected = c.expected_n()
+    stats = seed_stats(values, ["row", "column"]).set_index(["row", "column"])
+    records = []
+    for r in rows:
+        for col in columns:
+            n_exp = expected.get((row_of.get(r, r), col), 0)
+            if (r, col) in stats.index:
+                s = stats.loc[(r, col)]
+                rec = {k: s[k] for k in ("mean", "sd", "n", "min", "max", "seeds", "values")}
+            elif n_exp:
+                rec = {"mean": float("nan"), "sd": float("nan"), "n": 0, "min": float("nan"),
+                       "max": float("nan"), "seeds": (), "values": ()}  # fmt: skip
+            else:
+                continue
+            rec.update(row=row_display.get(r, r), key=row_of.get(r, r), column=col,
+                       n_expected=n_exp)
+            rec["n"] = int(rec["n"])
+            records.append(rec)
+    cols = ["row", "key", "column", "mean", "sd", "n", "n_expected", "min", "max", "seeds",
+            "values"]  # fmt: skip
+    data = pd.DataFrame.from_records(records, columns=cols)
+    shown_rows = list(dict.fromkeys(data["row"]))
+    shown_cols = [col for col in columns if col in set(data["column"])]
+    display = pd.DataFrame("", index=pd.Index(shown_rows), columns=shown_cols, dtype=object)
+    for rec in data.itertuples():
+        display.loc[rec.row, rec.column] = render.fmt_cell(
+            rec.mean, rec.sd, rec.n, rec.n_expected, rec.max if best else None
+        )
+    notes = list(notes or [])
+    short = data[data["n"] < data["n_expected"]]
+    if len(short):
+        notes.append(
+            f"{len(short)} cell(s) have fewer seeds than the grid expects, shown as (n=have/expected);"
+            " see the incomplete section"
+        )
+    return Table(name, title, display, data, per_seed=_per_seed(data), notes=notes)
+
+
+def _per_seed(data: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for rec in data.itertuples():
+        if rec.n == 0:
+            continue
+        row = {"cell": f"{rec.row} · {rec.column}"}
+        row.update({f"seed {s}": round(v, 2) for s, v in zip(rec.seeds, rec.values)})
+        row.update(mean=round(rec.mean, 2), sd=round(rec.sd, 2), n=rec.n)
+        rows.append(row)
+    if not rows:
+        return pd.DataFrame()
+    df = pd.DataFrame(rows).set_index("cell")
+    seed_cols = sorted((c for c in df.columns if c.startswith("seed ")), key=lambda s: int(s[5:]))
+    return df[seed_cols + ["mean", "sd", "n"]]
+
+
+def val_table(c: Collection, *, step: int | None = None, metric: str = "acc") -> Table:
+    """Table 1: in-distribution validation accuracy at one step (default: each run's last)."""
+    v = c.val[c.val["metric"] == metric]
+    if step is None:
+        v = v[v["step"] == v.groupby("run_id")["step"].transform("max")]
+        at = "the final step"
+    else:
+        v = v[v["step"] == step]
+        at = f"step {step}"
+    notes = []
+    if step is None and len(v):
+        notes.append("final = last validation step of each run: step(s) " + ", ".join(
+            str(s) for s in sorted(v["step"].unique())))
+    lacking = c.used[~c.used["run_id"].isin(v["run_id"])]
+    if len(lacking):
+        notes.append(
+            f"{len(lacking)} completed run(s) have no validation {metric} at {at}: "
+            + ", ".join(f"{r.row}/{r.label}/seed{r.seed}" for r in lacking.itertuples())
+        )
+    values = v.assign(column=v["label"], value=v["value"] * 100)
+    return cell_table(
+        values, c=c, name="table1_val" if step is None else f"table1_val_step{step}",
+        title=f"Table 1: validation {metric} (%) at {at}, mean ± SD over seeds",
+        rows=c.rows, columns=c.labels, notes=notes,
+    )  # fmt: skip
+
+
+def _pick_length(available: Sequence[int], task: str, row: str, lengths: Lengths,
+                 default: Mapping[str, int] | None = None) -> int | None:  # fmt: skip
+    if isinstance(lengths, Mapping):
+        want = lengths.get(row, lengths.get(task))
+    else:
+        want = lengths
+    if want is None and default and default.get(task) in available:
+        want = default[task]
+    if want is None:
+        return max(available) if len(available) else None
+    return int(want)
+
+
+def test_table(
+    c: Collection,
+    *,
+    policy: str = "min_val_loss",
+    lengths: Lengths = None,
+    metric: str = "acc",
+    columns: Sequence[str] | None = None,
+    name: str | None = None,
+    title: str | None = None,
+    row_format: str = "{row} ({length})",
+    default_lengths: Mapping[str, int] | None = None,
+    best: bool = False,
+) -> Table:
+    """Table 2: test accuracy at one length per task (default: the longest tested).
+
+    `lengths` is one length for every task or a mapping task (or row) -> length.
+    """
+    t = c.test[(c.test["policy"] == policy) & (c.test["metric"] == metric)]
+    columns = list(columns) if columns is not None else c.labels
+    rows, display, parts, notes = [], {}, [], []
+    for row in c.rows:
+        task = c.row_task(row)
+        here = t[t["row"] == row]
+        available = sorted(here["length"].unique())
+        length = _pick_length(available, task, row, lengths, default_lengths)
+        if length is not None and available and length not in available:
+            notes.append(f"{row}: no {metric} at length {length} under policy {policy} "
+                         f"(tested: {', '.join(map(str, available))})")  # fmt: skip
+        rows.append(row)
+        display[row] = row_format.format(row=row, length=_or_dash(length))
+        parts.append(here[here["length"] == length])
+    sel = pd.concat(parts) if parts else t.iloc[:0]
+    values = sel.assign(column=sel["label"], value=sel["value"] * 100)
+    values = values[values["column"].isin(columns)]
+    return cell_table(
+        values, c=c, name=name or f"table2_test_{policy}",
+        title=title or f"Table 2: test {metric} (%) at the longest tested length, checkpoint "
+                       f"policy {policy}, mean ± SD over seeds",
+        rows=rows, columns=columns, row_display=display, best=best, notes=notes,
+    )  # fmt: skip
+
+
+def length_table(
+    c: Collection, *, policy: str = "min_val_loss", metric: str = "acc",
+    columns: Sequence[str] | None = None,
+) -> Table:
+    """Test accuracy at every tested length: the length curves as numbers."""
+    t = c.test[(c.test["policy"] == policy) & (c.test["metric"] == metric)]
+    columns = list(columns) if columns is not None else c.labels
+    keys, row_of = [], {}
+    for row in c.rows:
+        for length in sorted(t.loc[t["row"] == row, "length"].unique()):
+            key = f"{row} / {length}"
+            keys.append(key)
+            row_of[key] = row
+    values = t.assign(row=[f"{r} / {n}" for r, n in zip(t["row"], t["length"])],
+                      column=t["label"], value=t["value"] * 100)  # fmt: skip
+    values = values[values["column"].isin(columns)]
+    table = cell_table(
+        values, c=c, name=f"lengths_{policy}", rows=keys, columns=columns, row_of=row_of,
+        title=f"Test {metric} (%) at every tested length, checkpoint policy {policy}, "
+              "mean ± SD over seeds",
+    )  # fmt: skip
+    table.index_header = "task / length"
+    return table
+
+
+def _or_dash(x: object) -> str:
+    return render.DASH if x is None else str(x)
+
+
+def feedback_columns(c: Collection, split: str) -> list[str]:
+    """RLT-1, RLT-0, RLT-2 (every B) at `split`, and the Transformer of the same depth."""
+    n_enc, n_dec = parse_split(split)
+    total = (n_enc or 0) + (n_dec or 0)
+    order = {"RLT-1": 0, "RLT-0": 1, "RLT-2": 2, "Transformer": 3}
+    cols = [
+        lab for lab, k in c.models.items()
+        if (k.variant in ("RLT-1", "RLT-2", "RLT-0") and k.split == split)
+        or (k.variant == "Transformer" and k.n_layers == total)
+    ]  # fmt: skip
+    return sorted(cols, key=lambda lab: (order[c.models[lab].variant], c.models[lab].sort_key))
+
+
+def feedback_table(
+    c: Collection,
+    *,
+    split: str = "4+4",
+    policy: str = "min_val_loss",
+    lengths: Lengths = None,
+    metric: str = "acc",
+) -> Table:
+    """The report's feedback-interval table: one split, every feedback interval, best checkpoint.
+
+    Default lengths are the report's (parity 64, s5_swaps 48, s5 32, mod5_flat 63,
+    mod5_brackets 64) where tested, else the longest tested length.
+    """
+    cols = feedback_columns(c, split)
+    table = test_table(
+        c, policy=policy, lengths=lengths, metric=metric, columns=cols,
+        name=f"feedback_{split}_{policy}",
+        title=f"Feedback interval at split {split}: test {metric} (%), checkpoint policy "
+              f"{policy}, mean ± SD over seeds",
+        row_format="{row} / {length}", default_lengths=FEEDBACK_LENGTHS,
+    )  # fmt: skip
+    table.index_header = "task / length"
+    variants = {c.models[lab].variant for lab in cols}
+    for v in ("RLT-1", "RLT-0", "RLT-2", "Transformer"):
+        if v not in variants:
+            table.notes.append(f"no {v} runs at split {split} in these sweeps")
+    return table
+
+
+def policy_table(c: Collection, *, lengths: Lengths = None, metric: str = "acc") -> Table:
+    """Table 2 under every checkpoint policy present, with max over seeds beside mean ± SD.
+
+    Selection by lowest validation loss (the report's) can stop before out-of-distribution
+    accuracy peaks; final-step and best-validation-accuracy checkpoints, and the best seed,
+    make our numbers comparable with other length-generalization benchmarks.
+    """
+    present = [p for p in POLICIES if p in set(c.test["policy"])]
+    present += sorted(set(c.test["policy"]) - set(POLICIES))
+    tables = [
+        test_table(c, policy=p, lengths=lengths, metric=metric, best=True,
+                   row_format="{row} (" + "{length}" + f") · {p}")
+        for p in present
+    ]  # fmt: skip
+    rows_in_order = []
+    for row in c.rows:
+        for tab in tables:
+            rows_in_order += [r for r in tab.display.index if tab.data.loc[
+                tab.data["row"] == r, "key"].eq(row).any()]
+    display = pd.concat([t.display for t in tables]) if tables else pd.DataFrame()
+    display = display.loc[[r for r in rows_in_order if r in display.index]].fillna("")
+    data = pd.concat([t.data.assign(policy=p) for t, p in zip(tables, present)]) if tables \
+        else pd.DataFrame()
+    return Table(
+        "policies",
+        f"Checkpoint policies: test {metric} (%) at the longest tested length, mean ± SD "
+        "[max over seeds]",
+        display, data, index_header="task (length) · policy",
+        per_seed=pd.concat([t.per_seed for t in tables]) if tables else None,
+        notes=["policies: min_val_loss = lowest validation loss (the report's), final = last "
+               "step, max_val_acc = highest validation accuracy"],
+    )  # fmt: skip
+
+
+def params_table(c: Collection) -> Table:
+    """Parameter count per model, with the difference to RLT-1 at the same split.
+
+    The report's Table 4 pins these down (Transformer 8 25.31M, RLT-1 8+0 26.10M and 4+4
+    28.73M, RLT-0 = RLT-1 - 787,968), so a mismatch here means a model is not the report's.
+    """
+    used = c.used.dropna(subset=["params"])
+    records, notes = [], []
+    for lab in c.labels:
+        p = used.loc[used["label"] == lab, "params"].astype(int)
+        if p.empty:
+            continue
+        k = c.models[lab]
+        rec = {"column": lab, "row": lab, "params_min": int(p.min()), "params_max": int(p.max()),
+               "n_runs": len(p), "delta_vs_rlt1": None}  # fmt: skip
+        ref = f"RLT-1 {k.split}"
+        ref_p = used.loc[used["label"] == ref, "params"]
+        if k.variant != "Transformer" and lab != ref and len(ref_p):
+            rec["delta_vs_rlt1"] = int(p.min()) - int(ref_p.min())
+        if p.nunique() > 1:
+            notes.append(f"{lab}: parameter count differs between runs ({p.min():,}–{p.max():,}); "
+                         "check the preset of each run")  # fmt: skip
+        records.append(rec)
+    data = pd.DataFrame.from_records(
+        records, columns=["row", "column", "params_min", "params_max", "n_runs", "delta_vs_rlt1"]
+    )
+    display = pd.DataFrame(
+        {
+            "parameters": [_params(r.params_min, r.params_max) for r in data.itertuples()],
+            "M": [f"{r.params_min / 1e6:.2f}" for r in data.itertuples()],
+            "Δ vs RLT-1 same split": [
+                "" if pd.isna(r.delta_vs_rlt1) else f"{int(r.delta_vs_rlt1):+,}"
+                for r in data.itertuples()
+            ],
+        },
+        index=pd.Index(data["row"]),
+    )
+    return Table("params", "Parameters per model", display, data, index_header="model",
+                 notes=notes)  # fmt: skip
+
+
+def _params(lo: int, hi: int) -> str:
+    return f"{lo:,}" if lo == hi else f"{lo:,}–{hi:,}"
+
+
+def cost_table(c: Collection) -> Table:
+    """Mean seconds per training step per model and task, and ratios to RLT-0 and Transformer.
+
+    Ratios are per task (same task, same split for RLT-0, same depth for the Transformer),
+    then averaged over the tasks both models ran, so a model that only ran cheap tasks does
+    not look fast.
+    """
+    used = c.used.dropna(subset=["sec_per_step"])
+    if used.empty:
+        return Table("cost", "Training cost (seconds per step)", pd.DataFrame(), pd.DataFrame(),
+                     index_header="model", notes=["no run recorded timing.sec_per_step"])  # fmt: skip
+    per_task = used.groupby(["label", "row"])["sec_per_step"].mean().unstack("row")
+    rows = [r for r in c.rows if r in per_task.columns]
+    per_task = per_task.reindex(index=[lab for lab in c.labels if lab in per_task.index],
+                                columns=rows)  # fmt: skip
+
+    def ratio(lab: str, ref: str | None) -> float:
+        if ref is None or ref not in per_task.index:
+            return float("nan")
+        r = (per_task.loc[lab] / per_task.loc[ref]).dropna()
+        return float(r.mean()) if len(r) else float("nan")
+
+    records = []
+    for lab in per_task.index:
+        k = c.models[lab]
+        rlt0 = f"RLT-0 {k.split}" if k.variant != "Transformer" else None
+        tf = f"Transformer {k.n_layers}" if k.n_layers else None
+        runs = used[used["label"] == lab]
+        rec = {"row": lab, "column": "all", "sec_per_step": float(runs["sec_per_step"].mean()),
+               "n_runs": len(runs), "ratio_rlt0": ratio(lab, rlt0), "ratio_transformer":
+               ratio(lab, tf), "train_hours": float(runs["train_seconds"].mean() / 3600)
+               if runs["train_seconds"].notna().any() else float("nan")}  # fmt: skip
+        rec.update({f"sec_per_step[{r}]": per_task.loc[lab, r] for r in rows})
+        records.append(rec)
+    data = pd.DataFrame.from_records(records)
+    display = pd.DataFrame(index=pd.Index(data["row"]))
+    for r in rows:
+        display[r] = [_sec(v) for v in data[f"sec_per_step[{r}]"]]
+    display["all tasks"] = [_sec(v) for v in data["sec_per_step"]]
+    display["runs"] = data["n_runs"].astype(str).values
+    display["× RLT-0"] = [_ratio(v) for v in data["ratio_rlt0"]]
+    display["× Transformer"] = [_ratio(v) for v in data["ratio_transformer"]]
+    display["train h"] = [_ratio(v) for v in data["train_hours"]]
+    return Table(
+        "cost", "Training cost: mean seconds per optimizer step (excluding validation)",
+        display, data, index_header="model",
+        notes=["ratios: per task against RLT-0 at the same split / the Transformer of the same "
+               "depth, averaged over the tasks both ran; machines must match for ratios to mean "
+               "anything"],
+    )  # fmt: skip
+
+
+def _sec(v: float) -> str:
+    return "" if pd.isna(v) else f"{v:.4g}"
+
+
+def _ratio(v: float) -> str:
+    return "" if pd.isna(v) else f"{v:.2f}"
+
+
+def incomplete_table(c: Collection) -> Table:
+    """Every expected cell and run directory that does not contribute a result, with why."""
+    inc = c.incomplete
+    display = pd.DataFrame(
+        {
+            "model": inc["label"].values,
+            "seed": [render.DASH if pd.isna(s) else str(int(s)) for s in inc["seed"]],
+            "state": inc["state"].values,
+            "step": [_step(r.step, r.max_steps) for r in inc.itertuples()],
+            "detail": [_short(d) for d in inc["detail"]],
+            "path": ["" if pd.isna(p) else str(p) for p in inc["path"]],
+        },
+        index=pd.Index(inc["row"].values),
+    )
+    data = inc.rename(columns={"label": "column"})
+    title = f"Incomplete: {len(inc)} cell(s) or run(s) without usable results"
+    return Table("incomplete", title, display, data, index_header="task")
+
+
+def _step(step: object, max_steps: object) -> str:
+    if step is None or pd.isna(step):
+        return ""
+    return f"{int(step)}/{int(max_steps)}" if max_steps is not None and not pd.isna(
+        max_steps) else str(int(step))  # fmt: skip
+
+
+def _short(text: object, n: int = 100) -> str:
+    if text is None or (isinstance(text, float) and pd.isna(text)):
+        return ""
+    text = str(text).strip().splitlines()[-1] if str(text).strip() else ""
+    return text if len(text) <= n else text[: n - 1] + "…"

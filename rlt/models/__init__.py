@@ -1,0 +1,28 @@
+"""The RLT model family and the Transformer baseline, in plain PyTorch (shared/SPEC.md section 1).
+
+    from rlt.models import RLTConfig, build_model
+    model = build_model(RLTConfig(n_enc=4, n_dec=4, feedback_interval=1))
+    logits = model(tokens)                          # (B, T) -> (B, T, V)
+    logits, state = model.prefill(prompt, model.init_state(B))
+    logits, state = model.step(token, state)
+"""
+
+from rlt.models.build import build_model, count_parameters
+from rlt.models.config import RLTConfig, TransformerConfig, parse_split
+from rlt.models.rlt import RecurrentLoopedTransformer
+from rlt.models.state import KVCache, RLTState, TransformerState, WindowKV
+from rlt.models.transformer import DecoderOnlyTransformer
+
+__all__ = [
+    "DecoderOnlyTransformer",
+    "KVCache",
+    "RLTConfig",
+    "RLTState",
+    "RecurrentLoopedTransformer",
+    "TransformerConfig",
+    "TransformerState",
+    "WindowKV",
+    "build_model",
+    "count_parameters",
+    "parse_split",
+]

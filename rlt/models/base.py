@@ -1,0 +1,46 @@
+"""What both model families share: parameter count and greedy generation on prefill + step."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class SequenceModel(nn.Module):
+    """A causal token model with an explicit streaming state.
+
+    Subclasses provide ``forward(tokens) -> logits``, ``init_state(batch_size)``,
+    ``prefill(tokens, state) -> (logits, state)`` and ``step(token, state) -> (logits, state)``.
+    """
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    @torch.no_grad()
+    def generate(
+        self, prompt: Tensor, max_new_tokens: int, eos_id: int | None = None, pad_id: int = 0
+    ) -> Tensor:
+        """Greedy continuation of (N, T) prompts (T >= 1, all rows the same length).
+
+        Returns (N, T + n) with n <= max_new_tokens: generation stops once every row has
+        emitted ``eos_id``; a row that finished earlier is filled with ``pad_id`` after its EOS.
+        The state runs straight from the prompt into the response, never reset.
+        """
+        n, t = prompt.shape
+        if t < 1:
+            raise ValueError(f"generate needs a prompt of at least one token, got shape {tuple(prompt.shape)}")
+        logits, state = self.prefill(prompt, self.init_state(n))  # (N, T, V)
+        next_token = logits[:, -1].argmax(dim=-1)  # (N,)
+        finished = torch.zeros(n, dtype=torch.bool, device=prompt.device)
+        out = [prompt]
+        for i in range(max_new_tokens):
+            token = torch.where(finished, torch.full_like(next_token, pad_id), next_token)
+            out.append(token[:, None])
+            if eos_id is not None:
+                finished |= token == eos_id
+                if bool(finished.all()):
+                    break
+            if i + 1 < max_new_tokens:
+                step_logits, state = self.step(token, state)  # (N, V)
+                next_token = step_logits.argmax(dim=-1)
+        return torch.cat(out, dim=1)

@@ -1,0 +1,219 @@
+"""Building blocks shared by the RLT family and the Transformer baseline.
+
+Pre-norm blocks with RMSNorm, bias-free linears, SwiGLU FFN and RoPE (shared/SPEC.md section 1).
+Attention runs on explicit key/value tensors and boolean masks (True = may attend), so one
+block serves the parallel training path, chunked RLT-2 and one-token streaming alike.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from rlt.models.config import _CommonConfig
+from rlt.models.state import KVCache, WindowKV
+
+Rope = tuple[Tensor, Tensor] | None  # (cos, sin), each (T, Dh), for a run of positions
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE angle tables for absolute positions, grown on demand.
+
+    Training and streaming read the same table rows, so both see bit-identical rotations.
+    """
+
+    def __init__(self, head_dim: int, base: float) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self.base = base
+        self._cos: Tensor | None = None
+        self._sin: Tensor | None = None
+
+    def forward(self, start: int, length: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        end = start + length
+        if self._cos is None or self._cos.shape[0] < end or self._cos.device != device:
+            size = max(64, 1 << (end - 1).bit_length())
+            # Normal tensors even when first called under inference_mode: training reuses them.
+            with torch.inference_mode(False), torch.no_grad():
+                exponent = torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim
+                inv_freq = self.base**-exponent  # (Dh/2,)
+                angles = torch.outer(torch.arange(size, dtype=torch.float64), inv_freq)
+                angles = torch.cat([angles, angles], dim=-1)  # (size, Dh)
+                self._cos = angles.cos().float().to(device)
+                self._sin = angles.sin().float().to(device)
+        return self._cos[start:end], self._sin[start:end]
+
+
+def apply_rope(x: Tensor, rope: Rope) -> Tensor:
+    """Rotate (N, H, T, Dh) queries or keys by their positions' angles (rotate-half form)."""
+    if rope is None:
+        return x
+    cos, sin = rope  # (T, Dh)
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)  # (N, H, T, Dh)
+    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+
+
+def causal_mask(queries: int, keys: int, device: torch.device) -> Tensor | None:
+    """The last ``queries`` of ``keys`` positions, each seeing itself and everything before.
+
+    None when one query sees every key (the common streaming case: no mask needed).
+    """
+    if queries == 1:
+        return None
+    q_pos = torch.arange(keys - queries, keys, device=device)  # (c,)
+    return torch.arange(keys, device=device)[None, :] <= q_pos[:, None]  # (c, L)
+
+
+def window_mask(start: int, queries: int, window: int, device: torch.device) -> Tensor | None:
+    """SWA mask over [W-1 cached slots ; the chunk's own keys] for positions start..start+c-1.
+
+    Slot j holds position start-(W-1)+j; a query sees keys at most W-1 back, never before 0.
+    None when the single query sees all W slots (every step after the first W-1 tokens).
+    """
+    if queries == 1 and start >= window - 1:
+        return None
+    k_pos = torch.arange(start - window + 1, start + queries, device=device)  # (W-1+c,)
+    q_pos = torch.arange(start, start + queries, device=device)  # (c,)
+    back = q_pos[:, None] - k_pos[None, :]  # (c, W-1+c)
+    return (k_pos[None, :] >= 0) & (back >= 0) & (back < window)
+
+
+class SwiGLU(nn.Module):
+    """``W2(silu(W1 x) * W3 x)``, with W1 and W3 fused into one projection."""
+
+    def __init__(self, d_model: int, d_ff: int) -> None:
+        super().__init__()
+        self.w13 = nn.Linear(d_model, 2 * d_ff, bias=False)
+        self.w2 = nn.Linear(d_ff, d_model, bias=False)
+        self.w2.is_residual = True
+
+    def forward(self, x: Tensor) -> Tensor:
+        a, b = self.w13(x).chunk(2, dim=-1)  # (..., d_ff) each
+        return self.w2(F.silu(a) * b)
+
+
+class SelfAttention(nn.Module):
+    """Fused QKV projection and output projection; the attention itself is up to the block."""
+
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.out = nn.Linear(d_model, d_model, bias=False)
+        self.out.is_residual = True
+
+    def project(self, x: Tensor, rope: Rope) -> tuple[Tensor, Tensor, Tensor]:
+        n, t, d = x.shape
+        qkv = self.qkv(x).view(n, t, 3, self.n_heads, d // self.n_heads)  # (N, T, 3, H, Dh)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # (N, H, T, Dh) each
+        return apply_rope(q, rope), apply_rope(k, rope), v
+
+
+class CrossAttention(nn.Module):
+    """A decoder layer's own query and output projections over the shared memory K/V."""
+
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.q = nn.Linear(d_model, d_model, bias=False)
+        self.out = nn.Linear(d_model, d_model, bias=False)
+        self.out.is_residual = True
+
+    def forward(self, x: Tensor, mem_k: Tensor, mem_v: Tensor, mask: Tensor | None) -> Tensor:
+        n, t, d = x.shape
+        q = self.q(x).view(n, t, self.n_heads, d // self.n_heads).transpose(1, 2)  # (N, H, T, Dh)
+        a = F.scaled_dot_product_attention(q, mem_k, mem_v, attn_mask=mask)  # (N, H, T, Dh)
+        return self.out(merge_heads(a))
+
+
+def merge_heads(a: Tensor) -> Tensor:
+    n, h, t, dh = a.shape
+    return a.transpose(1, 2).reshape(n, t, h * dh)  # (N, T, d)
+
+
+class EncoderBlock(nn.Module):
+    """Causal pre-norm block: the RLT encoder's and the Transformer baseline's."""
+
+    def __init__(self, config: _CommonConfig) -> None:
+        super().__init__()
+        d = config.d_model
+        self.attn_norm = nn.RMSNorm(d, eps=config.norm_eps)
+        self.attn = SelfAttention(d, config.n_heads)
+        self.ffn_norm = nn.RMSNorm(d, eps=config.norm_eps)
+        self.ffn = SwiGLU(d, config.d_ff)
+
+    def forward(
+        self, x: Tensor, rope: Rope, cache: KVCache | None = None
+    ) -> tuple[Tensor, KVCache | None]:
+        """x (N, T, d). Without a cache x is the whole sequence; with one, x continues it."""
+        q, k, v = self.attn.project(self.attn_norm(x), rope)  # (N, H, T, Dh)
+        if cache is None:
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (N, H, T, Dh)
+        else:
+            cache = cache.append(k, v)
+            keys, values = cache.keys_values()  # (N, H, L, Dh)
+            mask = causal_mask(x.shape[1], keys.shape[2], x.device)
+            a = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        x = x + self.attn.out(merge_heads(a))
+        x = x + self.ffn(self.ffn_norm(x))
+        return x, cache
+
+
+class DecoderBlock(nn.Module):
+    """RLT decoder block: SWA over its own window cache, memory cross-attention, FFN."""
+
+    def __init__(self, config: _CommonConfig) -> None:
+        super().__init__()
+        d = config.d_model
+        self.attn_norm = nn.RMSNorm(d, eps=config.norm_eps)
+        self.attn = SelfAttention(d, config.n_heads)
+        self.cross_norm = nn.RMSNorm(d, eps=config.norm_eps)
+        self.cross = CrossAttention(d, config.n_heads)
+        self.ffn_norm = nn.RMSNorm(d, eps=config.norm_eps)
+        self.ffn = SwiGLU(d, config.d_ff)
+
+    def forward(
+        self,
+        x: Tensor,
+        rope: Rope,
+        window: WindowKV,
+        mem_k: Tensor,
+        mem_v: Tensor,
+        swa_mask: Tensor | None,
+        mem_mask: Tensor | None,
+    ) -> tuple[Tensor, WindowKV]:
+        """x (N, c, d): c consecutive positions; window holds the W-1 positions before them.
+
+        mem_k/mem_v (N, H, p+c, Dh) are the memory up to the chunk's last position; the masks
+        restrict each position to its own window and memory prefix. Returns the output and
+        the window for the next chunk (the last W-1 keys/values, chunk included).
+        """
+        q, k, v = self.attn.project(self.attn_norm(x), rope)  # (N, H, c, Dh)
+        keys = torch.cat([window.k, k], dim=2)  # (N, H, W-1+c, Dh)
+        values = torch.cat([window.v, v], dim=2)
+        a = F.scaled_dot_product_attention(q, keys, values, attn_mask=swa_mask)
+        x = x + self.attn.out(merge_heads(a))
+        x = x + self.cross(self.cross_norm(x), mem_k, mem_v, mem_mask)
+        x = x + self.ffn(self.ffn_norm(x))
+        keep = window.k.shape[2]
+        return x, WindowKV(keys[:, :, keys.shape[2] - keep :], values[:, :, values.shape[2] - keep :])
+
+
+def init_weights(model: nn.Module, std: float, n_blocks: int) -> None:
+    """Normal(0, std) for linears and embeddings; residual output projections (marked
+    ``is_residual``) get std / sqrt(2 * n_blocks) so the residual stream starts near unit scale.
+    Biases start at zero, norms at one."""
+    residual_std = std / math.sqrt(2 * max(1, n_blocks))
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=residual_std if getattr(module, "is_residual", False) else std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=std)
+        elif isinstance(module, nn.RMSNorm):
+            nn.init.ones_(module.weight)

@@ -1,0 +1,57 @@
+"""Config -> model, and the parameter table of the report's configurations."""
+
+from __future__ import annotations
+
+import torch
+
+from rlt.models.base import SequenceModel
+from rlt.models.config import RLTConfig, TransformerConfig
+from rlt.models.rlt import RecurrentLoopedTransformer
+from rlt.models.transformer import DecoderOnlyTransformer
+
+PAPER = dict(d_model=512, n_heads=4, d_ff=1365, vocab_size=140)  # shared/SPEC.md section 1
+SPLITS_8 = ["4+4", "5+3", "6+2", "7+1", "8+0"]
+SPLITS_16 = [f"{e}+{16 - e}" for e in range(8, 17)]  # 8+8, 9+7, ..., 16+0
+
+
+def build_model(config: RLTConfig | TransformerConfig) -> SequenceModel:
+    """The model a config describes (RLT-0/1/2 from ``feedback_interval``, or the baseline)."""
+    if isinstance(config, RLTConfig):
+        return RecurrentLoopedTransformer(config)
+    if isinstance(config, TransformerConfig):
+        return DecoderOnlyTransformer(config)
+    raise TypeError(f"config must be an RLTConfig or TransformerConfig, got {type(config).__name__}")
+
+
+def count_parameters(config: RLTConfig | TransformerConfig) -> int:
+    """Parameters of the model a config builds, counted on the meta device (nothing allocated)."""
+    with torch.device("meta"):
+        return build_model(config).num_parameters()
+
+
+def parameter_rows(**overrides: int) -> list[dict[str, object]]:
+    """Rows {model, split, params, rlt0, difference} for the report's 8- and 16-layer configs."""
+    common = {**PAPER, **overrides}
+    rows: list[dict[str, object]] = []
+    for layers, splits in ((8, SPLITS_8), (16, SPLITS_16)):
+        rows.append(
+            dict(model=f"Transformer {layers}", split="-",
+                 params=count_parameters(TransformerConfig(n_layers=layers, **common)),
+                 rlt0=None, difference=None)
+        )
+        for split in splits:
+            rlt1 = count_parameters(RLTConfig.from_split(split, feedback_interval=1, **common))
+            rlt0 = count_parameters(RLTConfig.from_split(split, feedback_interval=None, **common))
+            rows.append(dict(model="RLT-1/RLT-2", split=split, params=rlt1, rlt0=rlt0, difference=rlt1 - rlt0))
+    return rows
+
+
+def format_parameter_table(rows: list[dict[str, object]]) -> str:
+    lines = [
+        f"{'model':<16}{'split':>6}{'params':>14}{'M':>8}{'RLT-0':>14}{'M':>8}{'RLT-1 - RLT-0':>15}",
+    ]
+    for r in rows:
+        rlt0 = "" if r["rlt0"] is None else f"{r['rlt0']:>14,}{r['rlt0'] / 1e6:>8.2f}"
+        diff = "" if r["difference"] is None else f"{r['difference']:>15,}"
+        lines.append(f"{r['model']:<16}{r['split']:>6}{r['params']:>14,}{r['params'] / 1e6:>8.2f}{rlt0}{diff}")
+    return "\n".join(lines)

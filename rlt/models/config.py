@@ -1,0 +1,160 @@
+"""Model configurations, validated on construction (before any tensor is allocated).
+
+Every choice the report leaves open (shared/SPEC.md section 1, "our choices") is a field here
+with its default and the reason inline, so a run's config says exactly what was built.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+_SPLIT = re.compile(r"^\s*(\d+)\s*\+\s*(\d+)\s*$")
+
+
+def parse_split(split: str) -> tuple[int, int]:
+    """``"4+4"`` -> ``(4, 4)``: encoder and decoder block counts of an RLT split.
+
+    Rejects anything that is not two non-negative integers joined by ``+`` (``"4-4"``,
+    ``"4+"``) and the empty model ``"0+0"``, with a ValueError that names ``split``.
+    """
+    match = _SPLIT.match(split) if isinstance(split, str) else None
+    if match is None:
+        raise ValueError(f"split must look like '4+4' (encoder+decoder blocks), got {split!r}")
+    n_enc, n_dec = int(match.group(1)), int(match.group(2))
+    if n_enc + n_dec == 0:
+        raise ValueError(f"split must have at least one block, got {split!r}")
+    return n_enc, n_dec
+
+
+def _feedback_interval(value: Any) -> int | None:
+    """Normalise B: ``None``, ``"inf"``, ``"none"`` or ``math.inf`` mean RLT-0; else an int >= 1."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().lower() in ("inf", "infinity", "none", "null"):
+        return None
+    if isinstance(value, float) and math.isinf(value) and value > 0:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise ValueError(
+            f"feedback_interval must be an int >= 1, None or 'inf' (RLT-0), got {value!r}"
+        )
+    if value < 1:
+        raise ValueError(f"feedback_interval must be >= 1 (or None/'inf' for RLT-0), got {value!r}")
+    return int(value)
+
+
+@dataclass(kw_only=True)
+class _CommonConfig:
+    """Fields shared by both families (same width, FFN and heads for a fair comparison)."""
+
+    d_model: int = 512  # width d; the report uses 512
+    n_heads: int = 4  # attention heads H; the report uses 4
+    d_ff: int | None = None  # SwiGLU hidden width; None = floor(8 d / 3) (1365 at d=512)
+    vocab_size: int = 140  # one shared vocabulary for all six tasks (rlt.tasks.vocab.VOCAB_SIZE)
+    pos_encoding: str = "rope"  # "rope" in self-attention/SWA (report silent), or "none"
+    rope_base: float = 10000.0  # RoPE frequency base (the usual value; report silent)
+    norm_eps: float = 1e-6  # RMSNorm epsilon
+    init_std: float = 0.02  # normal init; residual projections get 1/sqrt(2 * n_blocks) more
+    checkpoint_activations: bool = False  # recompute blocks in backward: memory for time
+
+    def __post_init__(self) -> None:
+        if self.d_ff is None:
+            self.d_ff = (8 * self.d_model) // 3
+        for name in ("d_model", "n_heads", "d_ff", "vocab_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"n_heads must divide d_model, got n_heads={self.n_heads}, d_model={self.d_model}"
+            )
+        if self.pos_encoding not in ("rope", "none"):
+            raise ValueError(f"pos_encoding must be 'rope' or 'none', got {self.pos_encoding!r}")
+        if self.pos_encoding == "rope" and self.head_dim % 2:
+            raise ValueError(
+                f"pos_encoding='rope' needs an even head dim, got d_model/n_heads={self.head_dim}"
+            )
+        if not self.rope_base > 1:
+            raise ValueError(f"rope_base must be > 1, got {self.rope_base!r}")
+        if not self.norm_eps > 0:
+            raise ValueError(f"norm_eps must be > 0, got {self.norm_eps!r}")
+        if not self.init_std > 0:
+            raise ValueError(f"init_std must be > 0, got {self.init_std!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+@dataclass(kw_only=True)
+class TransformerConfig(_CommonConfig):
+    """The decoder-only baseline: ``n_layers`` causal blocks, final RMSNorm, untied head."""
+
+    n_layers: int = 8  # Transformer 8 (16 for the parity series)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if isinstance(self.n_layers, bool) or not isinstance(self.n_layers, int) or self.n_layers < 1:
+            raise ValueError(f"n_layers must be an int >= 1, got {self.n_layers!r}")
+
+    @property
+    def name(self) -> str:
+        return "transformer"
+
+
+@dataclass(kw_only=True)
+class RLTConfig(_CommonConfig):
+    """The Recurrent Looped Transformer family; ``feedback_interval`` picks the variant.
+
+    ``feedback_interval`` (B): 1 = RLT-1, k > 1 = RLT-2 with chunks of k tokens, None (or
+    ``"inf"``) = RLT-0, which is built without s*, the state norm, W_g, b_g and W_s.
+    """
+
+    n_enc: int = 4  # encoder blocks L_E (split "4+4")
+    n_dec: int = 4  # decoder blocks L_D
+    window: int = 8  # SWA window W of every decoder layer: itself plus W-1 previous positions
+    alpha: float = 0.1  # feedback scale in u_t = e_t + alpha * g_t * (W_s r_{t-1})
+    feedback_interval: int | None = 1  # B; None/"inf" = RLT-0 (no feedback parameters)
+    # A final RMSNorm on e_t before the memory K/V projection. Off: the report's parameter
+    # counts are the structure of SPEC section 1 with no such norm (it would add d per model,
+    # below the reported 0.01M resolution, so the counts cannot decide; off is the literal one).
+    enc_final_norm: bool = False
+    tbptt: int = 128  # gradients through s and the SWA caches are cut every tbptt tokens
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("n_enc", "n_dec"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        if self.n_enc + self.n_dec == 0:
+            raise ValueError("n_enc + n_dec must be >= 1 (split '0+0' has no blocks)")
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
+            raise ValueError(f"window must be an int >= 1, got {self.window!r}")
+        if not (isinstance(self.alpha, int | float) and math.isfinite(self.alpha) and self.alpha >= 0):
+            raise ValueError(f"alpha must be a finite number >= 0, got {self.alpha!r}")
+        self.feedback_interval = _feedback_interval(self.feedback_interval)
+        if isinstance(self.tbptt, bool) or not isinstance(self.tbptt, int) or self.tbptt < 1:
+            raise ValueError(f"tbptt must be an int >= 1, got {self.tbptt!r}")
+
+    @classmethod
+    def from_split(cls, split: str, **fields: Any) -> RLTConfig:
+        """``RLTConfig.from_split("6+2", feedback_interval=4)``."""
+        n_enc, n_dec = parse_split(split)
+        return cls(n_enc=n_enc, n_dec=n_dec, **fields)
+
+    @property
+    def split(self) -> str:
+        return f"{self.n_enc}+{self.n_dec}"
+
+    @property
+    def name(self) -> str:
+        """``rlt0``, ``rlt1`` or ``rlt2_b4``: the variant, as run directories name it."""
+        if self.feedback_interval is None:
+            return "rlt0"
+        if self.feedback_interval == 1:
+            return "rlt1"
+        return f"rlt2_b{self.feedback_interval}"

@@ -1,0 +1,136 @@
+"""The streaming state: everything the next token needs, as named dataclasses of tensors.
+
+All rows of a batch share one position (prompts of a batch are the same length).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class KVCache:
+    """Keys and values of every past position of one causal attention layer.
+
+    Grows with the sequence (a causal layer attends to all of it). Without autograd, new
+    entries are written in place into a buffer whose capacity doubles, so streaming T tokens
+    copies O(T) entries, not O(T^2). Appending returns a new KVCache over the same buffer:
+    the old one stays valid as long as nobody appends to it again (``clone()`` to branch).
+    Under autograd, appends concatenate instead, because in-place writes would invalidate
+    the slices that attention saved for backward.
+    """
+
+    k: Tensor  # (N, H, capacity, Dh)
+    v: Tensor  # (N, H, capacity, Dh)
+    length: int = 0
+
+    @classmethod
+    def empty(cls, batch: int, heads: int, head_dim: int, like: Tensor) -> KVCache:
+        shape = (batch, heads, 0, head_dim)
+        return cls(like.new_zeros(shape), like.new_zeros(shape), 0)
+
+    def append(self, k: Tensor, v: Tensor) -> KVCache:
+        """Add (N, H, c, Dh) keys and values after the current ``length`` entries."""
+        end = self.length + k.shape[2]
+        if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad or self.k.requires_grad):
+            keys = torch.cat([self.k[:, :, : self.length], k], dim=2)  # (N, H, end, Dh)
+            values = torch.cat([self.v[:, :, : self.length], v], dim=2)
+            return KVCache(keys, values, end)
+        keys, values = self.k, self.v
+        if end > keys.shape[2]:
+            capacity = max(end, 2 * keys.shape[2], 16)
+            n, h, _, dh = keys.shape
+            keys, values = keys.new_zeros(n, h, capacity, dh), values.new_zeros(n, h, capacity, dh)
+            keys[:, :, : self.length] = self.k[:, :, : self.length]
+            values[:, :, : self.length] = self.v[:, :, : self.length]
+        keys[:, :, self.length : end] = k
+        values[:, :, self.length : end] = v
+        return KVCache(keys, values, end)
+
+    def keys_values(self) -> tuple[Tensor, Tensor]:
+        return self.k[:, :, : self.length], self.v[:, :, : self.length]  # (N, H, L, Dh) each
+
+    def nbytes(self) -> int:
+        """Bytes of the filled entries (the buffer may hold up to twice as many)."""
+        n, h, _, dh = self.k.shape
+        return 2 * n * h * self.length * dh * self.k.element_size()
+
+    def clone(self) -> KVCache:
+        keys, values = self.keys_values()
+        return KVCache(keys.clone(), values.clone(), self.length)
+
+
+@dataclass
+class WindowKV:
+    """One decoder layer's SWA cache: keys (RoPE applied) and values of the last W-1 positions,
+    oldest first. Fixed size: zeros stand in for positions before 0 and are masked out."""
+
+    k: Tensor  # (N, H, W-1, Dh)
+    v: Tensor  # (N, H, W-1, Dh)
+
+    def detach(self) -> WindowKV:
+        return WindowKV(self.k.detach(), self.v.detach())
+
+    def compact(self) -> WindowKV:
+        """Own storage of exactly W-1 entries (a slice of a longer prefill would pin it)."""
+        return WindowKV(self.k.clone(), self.v.clone())
+
+    def nbytes(self) -> int:
+        return 2 * self.k.numel() * self.k.element_size()
+
+
+@dataclass
+class RLTState:
+    """H_t of an RLT plus the encoder's streaming caches, after ``position`` tokens.
+
+    ``s`` is the decoder output the next position merges with: s_{t-1} for RLT-1, the last
+    output of the last complete chunk for RLT-2 (a partial chunk keeps it), s* before any
+    token; None for RLT-0, which has no feedback. It is never reset at a prompt/response
+    boundary: prompt and response tokens follow the same transition.
+    """
+
+    position: int  # tokens consumed so far; chunks of RLT-2 are anchored at position 0
+    encoder: list[KVCache]  # one per encoder block (grows: the encoder is causal, not windowed)
+    memory: KVCache | None  # the shared memory K/V of e_1..e_t; None without decoder blocks
+    window: list[WindowKV]  # one per decoder block, at most W-1 entries each (bounded)
+    s: Tensor | None = None  # (N, d) recurrent state entering the next merge
+
+    def clone(self) -> RLTState:
+        return RLTState(
+            position=self.position,
+            encoder=[c.clone() for c in self.encoder],
+            memory=None if self.memory is None else self.memory.clone(),
+            window=[w.compact() for w in self.window],
+            s=None if self.s is None else self.s.clone(),
+        )
+
+    def nbytes(self) -> int:
+        """Bytes held for the whole batch (divide by the batch size for one sequence)."""
+        return self.encoder_nbytes() + self.recurrent_nbytes()
+
+    def encoder_nbytes(self) -> int:
+        """Encoder caches and memory: grow linearly with the position."""
+        total = sum(c.nbytes() for c in self.encoder)
+        return total + (0 if self.memory is None else self.memory.nbytes())
+
+    def recurrent_nbytes(self) -> int:
+        """s and the SWA caches: the decoder state H_t, constant in the position."""
+        total = sum(w.nbytes() for w in self.window)
+        return total + (0 if self.s is None else self.s.numel() * self.s.element_size())
+
+
+@dataclass
+class TransformerState:
+    """The baseline's KV caches after ``position`` tokens."""
+
+    position: int
+    layers: list[KVCache] = field(default_factory=list)  # one per block
+
+    def clone(self) -> TransformerState:
+        return TransformerState(self.position, [c.clone() for c in self.layers])
+
+    def nbytes(self) -> int:
+        return sum(c.nbytes() for c in self.layers)

@@ -1,0 +1,104 @@
+"""Sweep bookkeeping from the files on disk alone.
+
+    python -m rlt.sweep status SWEEP_DIR [--json]
+
+prints one line per cell of the sweep (its state, step / max steps, best validation accuracy)
+and a count per state. The expected cells come from ``grid.json``, which ``train.py -m``
+writes when a multirun starts; run directories found on disk but not in the grid are listed
+too, and cells of the grid without a directory are ``missing``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+GRID = "grid.json"
+
+
+def find_runs(root: Path) -> list[Path]:
+    """Run directories under ``root``: those holding a status.json or results.json."""
+    found = {p.parent for p in root.rglob("status.json")} | {p.parent for p in root.rglob("results.json")}
+    return sorted(d for d in found if ".hydra" not in d.parts)
+
+
+def cell_states(sweep_dir: str | Path) -> list[dict[str, Any]]:
+    """One record per cell: cell, state, step, max_steps, best_val_acc, error."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise FileNotFoundError(f"{sweep_dir} is not a directory: pass the sweep's directory, e.g. runs/main")
+    grid_file = sweep_dir / GRID
+    expected: list[str] = []
+    if grid_file.exists():
+        expected = [c["cell"] for c in json.loads(grid_file.read_text())["cells"]]
+    on_disk = {str(d.relative_to(sweep_dir)): d for d in find_runs(sweep_dir)}
+    cells = list(dict.fromkeys(expected + sorted(on_disk)))
+    records = []
+    for cell in cells:
+        d = sweep_dir / cell
+        status = _read(d / "status.json") or {}
+        state = status.get("state", "missing" if not d.exists() else "pending")
+        if state == "done" and not (d / "results.json").exists():
+            state = "incomplete"
+        if state == "running" and not (d / ".lock").exists():
+            state = "interrupted"  # no live process holds it: relaunch resumes it
+        records.append(
+            {
+                "cell": cell,
+                "state": state,
+                "step": status.get("step"),
+                "max_steps": status.get("max_steps"),
+                "best_val_acc": status.get("best_val_acc"),
+                "error": status.get("error"),
+            }
+        )
+    return records
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def format_status(records: list[dict[str, Any]]) -> str:
+    lines = [f"{'state':12s} {'step':>11s} {'best val acc':>12s}  cell"]
+    for r in records:
+        step = f"{r['step']}/{r['max_steps']}" if r["step"] is not None else "-"
+        acc = f"{100 * r['best_val_acc']:.2f}%" if r["best_val_acc"] is not None else "-"
+        line = f"{r['state']:12s} {step:>11s} {acc:>12s}  {r['cell']}"
+        if r["state"] == "failed" and r["error"]:
+            line += f"  ({r['error']})"
+        lines.append(line)
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    lines.append(f"{len(records)} cells: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rlt.sweep", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("status", help="state and progress of every cell of a sweep")
+    p.add_argument("sweep_dir")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+    try:
+        records = cell_states(args.sweep_dir)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not records:
+        print(f"no runs under {args.sweep_dir}: launch the sweep first (python train.py -m ...)")
+        return 1
+    print(json.dumps(records, indent=2) if args.json else format_status(records))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Training glue: the LightningModules, callbacks, run directories and results on disk."""

@@ -1,0 +1,187 @@
+"""Callbacks: validation with checkpoint selection, progress on disk, and the B schedule.
+
+Validation runs here rather than in Lightning's loop so that it happens exactly at every
+``val_every`` optimizer steps and at the last step, and so that the selected checkpoints are
+written the moment they are found (a crash never loses the best weights found so far).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+
+from rlt.training import io
+from rlt.training.schedule import FeedbackSchedule
+
+# Checkpoint policies: which validation row wins. Strict comparisons keep the earliest on ties.
+POLICIES = ("min_val_loss", "final", "max_val_acc")
+
+
+def select_step(curve: list[dict[str, float]], policy: str) -> dict[str, float]:
+    """The validation row a policy selects from ``curve`` (rows with step, loss, acc).
+
+    ``min_val_loss`` is the report's rule: lowest mean per-example validation loss, earliest step
+    on ties. ``max_val_acc``: highest validation accuracy, earliest on ties. ``final``: last row.
+    """
+    if not curve:
+        raise ValueError("empty validation curve: the run has not validated yet")
+    if policy == "final":
+        return curve[-1]
+    if policy == "min_val_loss":
+        best = curve[0]
+        for row in curve[1:]:
+            if row["loss"] < best["loss"]:
+                best = row
+        return best
+    if policy == "max_val_acc":
+        best = curve[0]
+        for row in curve[1:]:
+            if row["acc"] > best["acc"]:
+                best = row
+        return best
+    raise ValueError(f"unknown checkpoint policy {policy!r}; expected one of {POLICIES}")
+
+
+def save_weights(module: torch.nn.Module, path: Path, step: int, feedback_interval: Any) -> None:
+    """Weights-only checkpoint (the model is small next to a full Lightning checkpoint)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save({"step": step, "feedback_interval": feedback_interval, "state_dict": module.state_dict()}, tmp)
+    os.replace(tmp, path)
+
+
+class RunRecorder(L.Callback):
+    """Validates every ``val_every`` steps and at the end, keeps the checkpoint of every policy,
+    ``last.ckpt`` for resume, the curves, step timings and ``status.json``."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        val_loader_fn,
+        evaluate_fn,
+        val_every: int,
+        max_steps: int,
+        policies: list[str],
+        loggers_fn=None,
+        train_log_every: int = 10,
+    ):
+        self.run_dir = Path(run_dir)
+        self.ckpt_dir = self.run_dir / io.CKPT_DIR
+        self.val_loader_fn = val_loader_fn
+        self.evaluate_fn = evaluate_fn
+        self.val_every = val_every
+        self.max_steps = max_steps
+        self.policies = list(policies)
+        self.train_log_every = train_log_every
+        # Persistent state (restored from last.ckpt on resume).
+        self.val_curve: list[dict[str, Any]] = []
+        self.train_curve: list[dict[str, float]] = []
+        self.best: dict[str, dict[str, Any]] = {}
+        self.train_seconds = 0.0
+        self.timed_steps = 0
+        # Per-process state.
+        self._t0: float | None = None
+        self._last_step = -1
+        self._loss_acc: list[float] = []
+
+    # -- persistence ----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "val_curve": self.val_curve,
+            "train_curve": self.train_curve,
+            "best": self.best,
+            "train_seconds": self.train_seconds,
+            "timed_steps": self.timed_steps,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.val_curve = list(state["val_curve"])
+        self.train_curve = list(state["train_curve"])
+        self.best = dict(state["best"])
+        self.train_seconds = float(state["train_seconds"])
+        self.timed_steps = int(state["timed_steps"])
+
+    # -- hooks ----------------------------------------------------------------------------
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.ckpt_dir.mkdir(parents=True, exist_ok=True)
+        self._last_step = trainer.global_step
+        io.write_status(self.run_dir, "running", step=trainer.global_step, max_steps=self.max_steps)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self._t0 is not None:
+            self.train_seconds += time.perf_counter() - self._t0
+            self._t0 = None
+        if outputs is not None and "loss" in outputs:
+            self._loss_acc.append(float(outputs["loss"]))
+        step = trainer.global_step
+        if step == self._last_step:
+            return  # inside a gradient-accumulation cycle
+        self._last_step = step
+        self.timed_steps += 1
+        if self._loss_acc:
+            # Lightning reports the loss divided by the accumulation count; undo for the record.
+            mean = sum(self._loss_acc) / len(self._loss_acc) * trainer.accumulate_grad_batches
+            self._loss_acc = []
+            if step % self.train_log_every == 0 or step == self.max_steps:
+                self.train_curve.append({"step": step, "loss": mean})
+        if step % self.val_every == 0 or step >= self.max_steps:
+            self.validate(trainer, pl_module, step)
+
+    def validate(self, trainer: L.Trainer, pl_module: L.LightningModule, step: int) -> None:
+        metrics = self.evaluate_fn(pl_module, self.val_loader_fn())
+        row = {"step": step, **metrics}
+        fb = getattr(pl_module.model, "feedback_interval", None)
+        if hasattr(pl_module.model, "feedback_interval"):
+            row["feedback_interval"] = fb
+        self.val_curve.append(row)
+        for logger in trainer.loggers:
+            logger.log_metrics({f"val/{k}": v for k, v in metrics.items()}, step=step)
+        for policy in self.policies:
+            if policy == "final":
+                continue
+            chosen = select_step(self.val_curve, policy)
+            if chosen["step"] == step:
+                self.best[policy] = row
+                save_weights(pl_module.model, self.ckpt_dir / f"{policy}.pt", step, fb)
+        self.best["final"] = row
+        save_weights(pl_module.model, self.ckpt_dir / "final.pt", step, fb)
+        self.save_last(trainer)
+        best_acc = max(r["acc"] for r in self.val_curve)
+        io.write_status(
+            self.run_dir, "running", step=step, max_steps=self.max_steps,
+            val_acc=metrics["acc"], best_val_acc=best_acc,
+        )
+
+    def save_last(self, trainer: L.Trainer) -> None:
+        path = self.ckpt_dir / io.LAST_CKPT
+        tmp = self.ckpt_dir / f".{io.LAST_CKPT}.tmp"
+        trainer.save_checkpoint(tmp)
+        os.replace(tmp, path)
+
+
+class FeedbackScheduleCallback(L.Callback):
+    """Applies a schedule of the RLT-2 chunk size B over optimizer steps (issue 8).
+
+    The B in force is a pure function of the global step, so resume restores it exactly.
+    """
+
+    def __init__(self, schedule: FeedbackSchedule):
+        self.schedule = schedule
+
+    def _apply(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        b = self.schedule.at(trainer.global_step)
+        if pl_module.model.feedback_interval != b:
+            pl_module.model.feedback_interval = b
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._apply(trainer, pl_module)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._apply(trainer, pl_module)

@@ -1,0 +1,112 @@
+"""Hydra glue: config resolvers and the sweep summary callback.
+
+Imported by ``train.py`` (and by tests that compose configs) before any config is composed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+
+def register_resolvers() -> None:
+    """``rlt_sum`` (layer totals for the Transformer) and ``rlt_first`` (first non-null)."""
+    if not OmegaConf.has_resolver("rlt_sum"):
+        OmegaConf.register_new_resolver("rlt_sum", lambda *xs: sum(int(x) for x in xs))
+    if not OmegaConf.has_resolver("rlt_first"):
+        OmegaConf.register_new_resolver(
+            "rlt_first", lambda *xs: next((x for x in xs if x not in (None, "None", "null")), None)
+        )
+
+
+register_resolvers()
+
+JOBS_DIR = ".jobs"
+
+
+class SweepSummary(Callback):
+    """Prints one line per cell of a multirun and a final count; exits non-zero when any cell
+    failed. Jobs report through small files in ``<sweep_dir>/.jobs`` because the joblib and
+    submitit launchers run them in other processes."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        jobs = sweep_dir / JOBS_DIR
+        jobs.mkdir(parents=True, exist_ok=True)
+        for f in jobs.glob("*.json"):
+            f.unlink()
+        write_grid(config, sweep_dir)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        jobs = Path(config.hydra.sweep.dir) / JOBS_DIR
+        reports = []
+        for f in sorted(jobs.glob("*.json"), key=lambda p: int(p.stem)):
+            reports.append(json.loads(f.read_text()))
+        counts: dict[str, int] = {}
+        for r in reports:
+            counts[r["state"]] = counts.get(r["state"], 0) + 1
+        print("\nsweep summary (" + str(Path(config.hydra.sweep.dir)) + ")")
+        for r in reports:
+            print(f"  {r['state']:8s} {r['cell']}")
+        print("  total: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no jobs")
+        failed = [r for r in reports if r["state"] == "failed"]
+        if failed:
+            print("failed cells (see status.json in each run directory):")
+            for r in failed:
+                print(f"  {r['cell']}: {r.get('error', '')}")
+            sys.stdout.flush()
+            sys.exit(1)
+
+
+def report_job(cfg: DictConfig, outcome: dict[str, Any]) -> None:
+    """Record one multirun job's outcome for :class:`SweepSummary`."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hc = HydraConfig.get()
+    jobs = Path(hc.sweep.dir) / JOBS_DIR
+    jobs.mkdir(parents=True, exist_ok=True)
+    payload = {"cell": cfg.cell, "state": outcome["state"], "error": outcome.get("error")}
+    (jobs / f"{hc.job.num}.json").write_text(json.dumps(payload))
+
+
+def expand_jobs(config: DictConfig) -> list[list[str]]:
+    """The override lists of every job of a multirun, as Hydra's basic sweeper expands them."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = config.hydra.sweeper.get("params") or {}
+    args = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
+    overrides = OverridesParser.create().parse_overrides(args)
+    batches = BasicSweeper.split_arguments(overrides, None)
+    return [list(job) for batch in batches for job in batch]
+
+
+def write_grid(config: DictConfig, sweep_dir: Path) -> None:
+    """``grid.json``: the distinct cells this multirun will produce (analysis and
+    ``python -m rlt.sweep status`` use it to name missing cells)."""
+    from hydra import compose
+
+    from rlt.training.io import atomic_write_json
+
+    cells: dict[str, dict[str, Any]] = {}
+    for job in expand_jobs(config):
+        cfg = compose(config_name="config", overrides=job)
+        cells.setdefault(
+            cfg.cell,
+            {
+                "cell": cfg.cell,
+                "task": cfg.task.name,
+                "model": cfg.model.name,
+                "label": cfg.model.label,
+                "split": cfg.split.name if cfg.model.family == "rlt" else None,
+                "arch_tag": cfg.model.arch_tag,
+                "seed": cfg.seed,
+                "overrides": job,
+            },
+        )
+    atomic_write_json(sweep_dir / "grid.json", {"n_jobs": len(expand_jobs(config)), "cells": list(cells.values())})

@@ -1,0 +1,547 @@
+"""One training run end to end: validate the config, train (or resume, or skip), select the
+checkpoint, evaluate length generalization, write the run directory.
+
+``train.py`` is a thin Hydra wrapper around :func:`run`. Everything here reads a plain
+composed config, so tests can call it without a command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import platform
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+import rlt
+from rlt.models import RLTConfig, TransformerConfig
+from rlt.tasks import get_task
+from rlt.training import io
+from rlt.training.callbacks import POLICIES, FeedbackScheduleCallback, RunRecorder
+from rlt.training.evaluate import evaluate_lengths, evaluate_loader
+from rlt.training.schedule import FeedbackSchedule
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; raised before any work starts."""
+
+
+@dataclass
+class RunSpec:
+    """Everything a run needs, validated: built from the composed Hydra config."""
+
+    cfg: DictConfig
+    run_dir: Path
+    family: str
+    model_kwargs: dict[str, Any]
+    task: Any
+    test_lengths: list[int]
+    accumulate: int
+    schedule: FeedbackSchedule | None
+    identity: dict[str, Any]
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------------
+def prepare(cfg: DictConfig) -> RunSpec:
+    """Validate ``cfg`` and resolve it into a :class:`RunSpec`; raises :class:`ConfigError`
+    naming the config key and the fix. Allocates no tensors."""
+    try:
+        OmegaConf.resolve(cfg)
+    except Exception as e:  # interpolation errors name the key already
+        raise ConfigError(f"config does not resolve: {e}") from e
+    scale, model, split = cfg.scale, cfg.model, cfg.split
+    for key in ("n_enc", "n_dec"):
+        if not isinstance(split[key], int) or split[key] < 0:
+            raise ConfigError(f"split.{key} must be a non-negative integer, got {split[key]!r}")
+    if split.n_enc + split.n_dec < 1:
+        raise ConfigError(f"split {split.name!r} has no layers; pick e.g. split=4+4")
+    if scale.global_batch % scale.micro_batch != 0:
+        raise ConfigError(
+            f"scale.global_batch={scale.global_batch} is not a multiple of "
+            f"scale.micro_batch={scale.micro_batch}"
+        )
+    if scale.max_steps < 1 or scale.val_every < 1:
+        raise ConfigError("scale.max_steps and scale.val_every must be >= 1")
+    family = model.family
+    common = dict(
+        d_model=scale.d_model, n_heads=scale.n_heads, d_ff=scale.d_ff,
+        pos_encoding=model.pos_encoding, checkpoint_activations=model.checkpoint_activations,
+    )
+    if family == "rlt":
+        if model.name.startswith("rlt2") and model.feedback_interval is None:
+            raise ConfigError("RLT-2 needs a chunk size: set model.feedback_interval=B (e.g. 4)")
+        kwargs = dict(
+            common, n_enc=split.n_enc, n_dec=split.n_dec, window=model.window,
+            alpha=model.alpha, feedback_interval=model.feedback_interval, tbptt=model.tbptt,
+        )
+        config_cls = RLTConfig
+    elif family == "transformer":
+        kwargs = dict(common, n_layers=split.n_enc + split.n_dec)
+        config_cls = TransformerConfig
+    else:
+        raise ConfigError(f"model.family {family!r} is unknown; expected 'rlt' or 'transformer'")
+    try:
+        config_cls(**kwargs)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"model config: {e}") from e
+
+    schedule = None
+    if model.get("feedback_schedule"):
+        if family != "rlt" or model.feedback_interval is None:
+            raise ConfigError(
+                "model.feedback_schedule needs an RLT model with feedback (model=rlt2 or rlt1)"
+            )
+        try:
+            schedule = FeedbackSchedule.parse(
+                OmegaConf.to_container(model.feedback_schedule), scale.max_steps
+            )
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
+        if schedule.at(0) is None or any(b is None for _, b in schedule.stages):
+            raise ConfigError("model.feedback_schedule: every stage needs a finite chunk size B")
+        kwargs["feedback_interval"] = schedule.at(0)
+
+    try:
+        options = dict(cfg.task.options)
+        if cfg.task.test_lengths:
+            options["test_lengths"] = list(cfg.task.test_lengths)
+        task = get_task(
+            cfg.task.kind, data_seed=cfg.task.data_seed, n_val=scale.n_val, n_test=scale.n_test,
+            **options,
+        )
+    except (ValueError, TypeError, KeyError) as e:
+        raise ConfigError(f"task {cfg.task.name!r}: {e}") from e
+    lengths = list(task.test_lengths)
+    if scale.test_lengths_limit:
+        lengths = _spread(sorted(lengths), int(scale.test_lengths_limit))
+    identity = {
+        "task": cfg.task.name,
+        "task_kind": cfg.task.kind,
+        "model": model.name,
+        "label": model.label,
+        "family": family,
+        "split": split.name if family == "rlt" else None,
+        "n_enc": split.n_enc,
+        "n_dec": split.n_dec,
+        "n_layers": split.n_enc + split.n_dec,
+        "feedback_interval": model.feedback_interval if family == "rlt" else None,
+        "seed": cfg.seed,
+        "data_seed": cfg.task.data_seed,
+        "preset": scale.name,
+        "sweep": cfg.sweep_name,
+        "cell": cfg.cell,
+        "run_dir": str(Path(cfg.out_dir)),
+    }
+    return RunSpec(
+        cfg=cfg, run_dir=Path(cfg.out_dir), family=family, model_kwargs=kwargs, task=task,
+        test_lengths=[int(x) for x in lengths],
+        accumulate=scale.global_batch // scale.micro_batch, schedule=schedule, identity=identity,
+    )
+
+
+def _spread(values: list[int], k: int) -> list[int]:
+    """``k`` values spread over a sorted list, always keeping the first and the last."""
+    if k >= len(values):
+        return values
+    if k == 1:
+        return [values[-1]]
+    idx = sorted({round(i * (len(values) - 1) / (k - 1)) for i in range(k)})
+    return [values[i] for i in idx]
+
+
+# --------------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------------
+def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
+    """Train, select, evaluate and record one run. Returns ``{"state", "run_dir", ...}`` where
+    state is one of done / skipped / resumed / failed / busy."""
+    spec = prepare(cfg)
+    run_dir = spec.run_dir
+    cell = spec.identity["cell"]
+    results_path = run_dir / io.RESULTS
+    status = io.read_json(run_dir / io.STATUS) or {}
+    if results_path.exists() and status.get("state") == "done" and not cfg.force:
+        _say(f"[skipped] {cell}: already done; results in {results_path}")
+        return {"state": "skipped", "run_dir": str(run_dir)}
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with _run_lock(run_dir) as acquired:
+        if not acquired:
+            _say(f"[busy] {cell}: another process is training this run ({run_dir / '.lock'})")
+            return {"state": "busy", "run_dir": str(run_dir)}
+        last = run_dir / io.CKPT_DIR / io.LAST_CKPT
+        resuming = cfg.resume and last.exists() and not cfg.force
+        if cfg.force and last.exists():
+            last.unlink()
+        if resuming:
+            _check_checkpoint(last)
+        io.atomic_write_text(run_dir / io.CONFIG, OmegaConf.to_yaml(cfg, resolve=True))
+        try:
+            result = _train_and_evaluate(spec, last if resuming else None)
+        except BaseException as e:
+            io.write_status(
+                run_dir, "failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()
+            )
+            _say(f"[failed] {cell}: {type(e).__name__}: {e} (traceback in {run_dir / io.STATUS})")
+            if raise_on_failure or isinstance(e, KeyboardInterrupt):
+                raise
+            return {"state": "failed", "run_dir": str(run_dir), "error": str(e)}
+    state = "resumed" if resuming else "done"
+    _say(f"[{state}] {cell}: results in {results_path}")
+    return {"state": state, "run_dir": str(run_dir), "results": result}
+
+
+@contextlib.contextmanager
+def _run_lock(run_dir: Path):
+    """An exclusive lock file so two jobs of a sweep never train the same run directory (the
+    Transformer of a grid over splits maps several cells to one run)."""
+    lock = run_dir / ".lock"
+    acquired = False
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            os.write(fd, f"{os.getpid()} {platform.node()}".encode())
+            os.close(fd)
+            acquired = True
+            break
+        except FileExistsError:
+            if _lock_is_stale(lock):
+                lock.unlink(missing_ok=True)
+                continue
+            break
+    try:
+        yield acquired
+    finally:
+        if acquired:
+            lock.unlink(missing_ok=True)
+
+
+def _lock_is_stale(lock: Path) -> bool:
+    try:
+        pid_s, host = lock.read_text().split(maxsplit=1)
+        pid = int(pid_s)
+    except (OSError, ValueError):
+        return True
+    if host != platform.node():
+        return False  # another machine's job (SLURM): trust it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def _check_checkpoint(path: Path) -> None:
+    """Fail with the fix spelled out when ``last.ckpt`` cannot be read."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        if "state_dict" not in ckpt or "loops" not in ckpt:
+            raise ValueError("not a Lightning training checkpoint")
+    except Exception as e:
+        raise ConfigError(
+            f"cannot resume from {path}: {type(e).__name__}: {e}. Delete that file to restart "
+            f"this run from scratch (finished results elsewhere are untouched), or rerun with "
+            f"force=true."
+        ) from e
+
+
+def _resolve_threads(cfg: DictConfig) -> int:
+    threads = cfg.trainer.threads
+    if threads in (None, "auto"):
+        n_jobs = 1
+        with contextlib.suppress(Exception):
+            from hydra.core.hydra_config import HydraConfig
+
+            launcher = HydraConfig.get().launcher
+            n_jobs = int(launcher.get("n_jobs", 1) or 1)
+        threads = max(1, (os.cpu_count() or 1) // max(1, n_jobs))
+    return int(threads)
+
+
+def _assign_gpu(cfg: DictConfig) -> None:
+    """One GPU per job when several are visible and the launcher runs jobs side by side."""
+    if cfg.trainer.accelerator != "gpu" or not torch.cuda.is_available():
+        return
+    n = torch.cuda.device_count()
+    if n <= 1 or "CUDA_VISIBLE_DEVICES" in os.environ:
+        return
+    with contextlib.suppress(Exception):
+        from hydra.core.hydra_config import HydraConfig
+
+        torch.cuda.set_device(HydraConfig.get().job.num % n)
+
+
+def _quiet_lightning() -> None:
+    """Keep the terminal for what matters: progress, the per-run line and the final table."""
+    import logging
+    import warnings
+
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    for message in (
+        ".*val_dataloader.*validation_step.*",
+        ".*does not have many workers.*",
+        ".*LeafSpec.*",
+        ".*weights_only.*",
+    ):
+        warnings.filterwarnings("ignore", message=message)
+
+
+def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]:
+    import lightning as L
+
+    from rlt.tasks.data import TaskDataModule
+    from rlt.training.module import MODULES
+
+    cfg, run_dir = spec.cfg, spec.run_dir
+    _quiet_lightning()
+    torch.set_num_threads(_resolve_threads(cfg))
+    _assign_gpu(cfg)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    dm = TaskDataModule(
+        task=spec.task,
+        micro_batch_size=cfg.scale.micro_batch,
+        global_batch_size=cfg.scale.global_batch,
+        max_steps=cfg.scale.max_steps,
+        eval_batch_size=cfg.scale.get("eval_batch", 256),
+    )
+    failure = OmegaConf.to_container(cfg.callbacks.inject_failure) if cfg.callbacks.inject_failure else None
+    if failure and failure.get("cell") not in (None, cfg.cell):
+        failure = None  # the injected failure targets another cell of the sweep
+    module = MODULES[spec.family](
+        model_cfg=spec.model_kwargs,
+        optim_cfg=OmegaConf.to_container(cfg.optim),
+        schedule_cfg={
+            "lr": cfg.scale.lr, "min_lr": cfg.scale.min_lr,
+            "warmup_steps": cfg.scale.warmup_steps, "max_steps": cfg.scale.max_steps,
+        },
+        failure=failure,
+    )
+    n_params = module.model.num_parameters()
+
+    recorder = RunRecorder(
+        run_dir=run_dir,
+        val_loader_fn=dm.val_dataloader,
+        evaluate_fn=lambda m, loader: evaluate_loader(m.model, loader, spec.task.acc_mode),
+        val_every=cfg.scale.val_every,
+        max_steps=cfg.scale.max_steps,
+        policies=list(cfg.callbacks.policies),
+        train_log_every=cfg.trainer.log_every_n_steps,
+    )
+    callbacks: list[L.Callback] = [recorder]
+    if spec.schedule is not None:
+        callbacks.append(FeedbackScheduleCallback(spec.schedule))
+    if cfg.trainer.progress_bar:
+        from lightning.pytorch.callbacks import RichProgressBar
+
+        callbacks.append(RichProgressBar(leave=True))
+    loggers = _make_loggers(cfg, spec, run_dir)
+
+    trainer = L.Trainer(
+        accelerator=cfg.trainer.accelerator,
+        devices=cfg.trainer.devices,
+        precision=cfg.trainer.precision,
+        max_steps=cfg.scale.max_steps,
+        accumulate_grad_batches=spec.accumulate,
+        gradient_clip_val=cfg.optim.grad_clip,
+        gradient_clip_algorithm="norm",
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        check_val_every_n_epoch=None,
+        enable_checkpointing=False,
+        enable_progress_bar=bool(cfg.trainer.progress_bar),
+        enable_model_summary=False,
+        logger=loggers or False,
+        callbacks=callbacks,
+        log_every_n_steps=cfg.trainer.log_every_n_steps,
+        deterministic=False,
+        overfit_batches=cfg.debug_flags.overfit_batches,
+        default_root_dir=str(run_dir),
+    )
+    fit_start = time.perf_counter()
+    trainer.fit(module, datamodule=dm, ckpt_path=str(ckpt_path) if ckpt_path else None)
+    if not recorder.val_curve or recorder.val_curve[-1]["step"] != trainer.global_step:
+        recorder.validate(trainer, module, trainer.global_step)
+    fit_seconds = time.perf_counter() - fit_start
+
+    results = _evaluate_policies(spec, module, dm, recorder, n_params)
+    results["timing"] = {
+        "sec_per_step": recorder.train_seconds / max(1, recorder.timed_steps),
+        "train_seconds": recorder.train_seconds,
+        "timed_steps": recorder.timed_steps,
+        "fit_seconds_this_process": fit_seconds,
+        "threads": torch.get_num_threads(),
+    }
+    io.atomic_write_json(run_dir / io.RESULTS, results)
+    best_acc = max(r["acc"] for r in recorder.val_curve)
+    io.write_status(
+        run_dir, "done", step=trainer.global_step, max_steps=cfg.scale.max_steps,
+        best_val_acc=best_acc,
+    )
+    _log_results(loggers, results)
+    if cfg.print_table:
+        print_table(results)
+    return results
+
+
+def _evaluate_policies(spec, module, dm, recorder: RunRecorder, n_params: int) -> dict[str, Any]:
+    cfg = spec.cfg
+    model = module.model
+    policies = [p for p in cfg.callbacks.policies if p in POLICIES] or ["min_val_loss"]
+    if "min_val_loss" not in policies:
+        policies.insert(0, "min_val_loss")
+    loaders = dm.test_dataloaders(spec.test_lengths)
+    with_exact = "exact" in getattr(spec.task, "metrics", ())
+    by_step: dict[int, list[dict]] = {}
+    by_policy: dict[str, dict[str, Any]] = {}
+    for policy in policies:
+        ckpt = torch.load(
+            spec.run_dir / io.CKPT_DIR / f"{policy}.pt", map_location="cpu", weights_only=False
+        )
+        step = int(ckpt["step"])
+        # Evaluate with the chunk size of the last training stage (SPEC: inference must use it).
+        fb = spec.schedule.final if spec.schedule is not None else ckpt["feedback_interval"]
+        if step not in by_step:
+            model.load_state_dict(ckpt["state_dict"])
+            if spec.family == "rlt" and fb != model.feedback_interval:
+                model.feedback_interval = fb
+            _say(f"  evaluating {policy} checkpoint (step {step}) on lengths {spec.test_lengths}")
+            by_step[step] = evaluate_lengths(
+                model, loaders, with_exact=with_exact, acc_mode=spec.task.acc_mode
+            )
+        by_policy[policy] = {
+            "step": step,
+            "feedback_interval": fb if spec.family == "rlt" else None,
+            "val": {k: v for k, v in recorder.best[policy].items() if k != "step"},
+            "rows": by_step[step],
+        }
+    selected = by_policy["min_val_loss"]
+    return {
+        "schema_version": 1,
+        "run": spec.identity,
+        "params": n_params,
+        "max_steps": cfg.scale.max_steps,
+        "train_lengths": list(_train_range(spec.task)),
+        "test_lengths": spec.test_lengths,
+        "chance": getattr(spec.task, "chance", None),
+        "selection": {"policy": "min_val_loss", "step": selected["step"], "val": selected["val"]},
+        "val_curve": recorder.val_curve,
+        "train_curve": recorder.train_curve,
+        "test": selected["rows"],
+        "test_by_policy": by_policy,
+        "feedback_schedule": spec.schedule.to_list() if spec.schedule is not None else None,
+        "versions": _versions(),
+        "config_hash": hashlib.sha1(
+            OmegaConf.to_yaml(cfg, resolve=True).encode()
+        ).hexdigest()[:12],
+    }
+
+
+def _train_range(task) -> tuple[int, int]:
+    lo, hi = task.train_lengths
+    return lo, hi
+
+
+def _versions() -> dict[str, str]:
+    import lightning
+
+    return {
+        "rlt": rlt.__version__,
+        "torch": torch.__version__,
+        "lightning": lightning.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Logging and printing
+# --------------------------------------------------------------------------------------------
+def _make_loggers(cfg: DictConfig, spec: RunSpec, run_dir: Path) -> list:
+    from lightning.pytorch.loggers import CSVLogger
+
+    loggers = []
+    if cfg.logger.csv:
+        loggers.append(CSVLogger(save_dir=str(run_dir), name="", version="csv"))
+    if cfg.logger.wandb:
+        from lightning.pytorch.loggers import WandbLogger
+
+        w = cfg.logger.wandb
+        os.environ.setdefault("WANDB_SILENT", "true")
+        loggers.append(
+            WandbLogger(
+                project=w.project,
+                entity=w.entity,
+                group=w.group,
+                tags=list(w.tags),
+                name=spec.identity["cell"],
+                id=hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:16],
+                resume="allow",
+                mode=w.mode,
+                save_dir=str(run_dir),
+                config=OmegaConf.to_container(cfg, resolve=True),
+            )
+        )
+    return loggers
+
+
+def _log_results(loggers: list, results: dict[str, Any]) -> None:
+    for logger in loggers:
+        if type(logger).__name__ != "WandbLogger":
+            continue
+        import wandb
+
+        rows = [
+            [policy, r["length"], r["metric"], r["value"]]
+            for policy, block in results["test_by_policy"].items()
+            for r in block["rows"]
+        ]
+        logger.experiment.log(
+            {"test/length_generalization": wandb.Table(columns=["policy", "length", "metric", "value"], data=rows)}
+        )
+        logger.experiment.summary.update(
+            {"params": results["params"], "best_step": results["selection"]["step"],
+             "sec_per_step": results["timing"]["sec_per_step"]}
+        )
+        wandb.finish()
+
+
+def print_table(results: dict[str, Any]) -> None:
+    """The length-generalization table of the selected checkpoint, on the terminal."""
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = results["test"]
+    metrics = list(dict.fromkeys(r["metric"] for r in rows if r["metric"] != "loss"))
+    lengths = sorted({r["length"] for r in rows})
+    value = {(r["length"], r["metric"]): r["value"] for r in rows}
+    run = results["run"]
+    lo, hi = results["train_lengths"]
+    table = Table(
+        title=f"{run['label']} {run['split']} on {run['task']}, seed {run['seed']}: "
+        f"checkpoint of step {results['selection']['step']} (lowest val loss); "
+        f"trained on lengths {lo}-{hi}",
+    )
+    table.add_column("length", justify="right")
+    for m in metrics:
+        table.add_column(f"{m} %", justify="right")
+    for length in lengths:
+        mark = "" if lo <= length <= hi else " *"
+        table.add_row(f"{length}{mark}", *[f"{100 * value[(length, m)]:.2f}" for m in metrics])
+    Console(width=120).print(table)
+    print("* beyond the training lengths", flush=True)
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stdout, flush=True)

@@ -1,0 +1,20 @@
+"""Composing configs the way train.py does, without a command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+REPO = Path(__file__).resolve().parents[2]
+CONF = REPO / "conf"
+
+
+def compose_cfg(overrides: list[str] | None = None, hydra: bool = False) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=list(overrides or []), return_hydra_config=hydra)
+
+
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))

@@ -1,0 +1,77 @@
+"""Every config option composes, and every task x model x split run config validates."""
+
+import itertools
+
+import pytest
+from omegaconf import OmegaConf
+
+from rlt.training.run import ConfigError, prepare
+
+from .helpers import CONF, compose_cfg, group_options
+
+GROUPS = ["task", "model", "split", "scale", "trainer", "logger", "callbacks", "optim",
+          "experiment", "debug", "sweep"]
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_every_option_of_every_group_composes(group):
+    options = group_options(group)
+    assert options, f"conf/{group} has no options"
+    for option in options:
+        cfg = compose_cfg([f"{group}={option}"], hydra=True)
+        OmegaConf.resolve(cfg)  # every interpolation resolves
+        assert cfg.out_dir
+
+
+@pytest.mark.parametrize("launcher", ["basic", "parallel", "slurm", "local_submitit"])
+def test_launchers_compose(launcher):
+    cfg = compose_cfg([f"hydra/launcher={launcher}", "sweep=tiny"], hydra=True)
+    assert cfg.hydra.launcher._target_
+
+
+def test_every_task_model_split_validates():
+    tasks = [t for t in group_options("task")]
+    models = group_options("model")
+    splits = group_options("split")
+    for task, model, split in itertools.product(tasks, models, splits):
+        spec = prepare(compose_cfg([f"task={task}", f"model={model}", f"split={split}", "scale=paper"]))
+        assert spec.identity["split"] == split
+        assert spec.test_lengths
+
+
+def test_run_directory_is_derived_from_the_config():
+    cfg = compose_cfg(["task=parity", "model=rlt2", "split=5+3", "seed=0", "scale=paper"])
+    assert cfg.out_dir == "runs/paper/parity/rlt2_b4/5+3/seed0"  # seed 0 is a valid seed
+    t44 = compose_cfg(["model=transformer", "split=4+4"]).out_dir
+    t53 = compose_cfg(["model=transformer", "split=5+3"]).out_dir
+    assert t44 == t53 and t44.endswith("transformer/L8/seed42")
+
+
+def test_paper_preset_follows_the_protocol():
+    cfg = compose_cfg(["scale=paper", "task=mod5_flat"])
+    assert (cfg.scale.d_model, cfg.scale.d_ff, cfg.scale.n_heads) == (512, 1365, 4)
+    assert cfg.scale.global_batch // cfg.scale.micro_batch == 16
+    assert cfg.scale.max_steps == 5000
+    assert compose_cfg(["scale=paper", "task=parity"]).scale.max_steps == 2000
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (["model=rlt2", "model.feedback_interval=null"], "RLT-2 needs a chunk size"),
+        (["scale.global_batch=10", "scale.micro_batch=4"], "not a multiple"),
+        (["split.n_enc=0", "split.n_dec=0"], "no layers"),
+        (["model.window=0"], "window"),
+        (["task.test_lengths=[4]", "task=mod5_flat"], "odd"),
+        (["model=rlt2", "model.feedback_schedule=[[10,4]]"], "first stage"),
+    ],
+)
+def test_bad_configs_fail_before_work(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        prepare(compose_cfg(overrides))
+
+
+def test_conf_groups_have_no_stray_files():
+    for group in GROUPS:
+        for path in (CONF / group).iterdir():
+            assert path.suffix == ".yaml", f"unexpected file {path}"
