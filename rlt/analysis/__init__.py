@@ -1,5 +1,7 @@
 """Analysis: the report's tables and figures from run directories alone (never trains).
 
+Usage::
+
     from rlt.analysis import collect, build_tables, markdown_summary
     c = collect(["runs/paper"])            # pandas frames: c.runs, c.val, c.test, c.incomplete
     print(markdown_summary(c))             # what a training run prints at the end

@@ -22,7 +22,9 @@ def _lengths(values: list[str] | None, flag: str) -> Lengths:
         try:
             n = int(num)
         except ValueError:
-            raise SystemExit(f"error: {flag} {v!r}: expected N or TASK=N, e.g. parity=256") from None
+            raise SystemExit(
+                f"error: {flag} {v!r}: expected N or TASK=N, e.g. parity=256"
+            ) from None
         if not sep:
             if len(values) > 1:
                 raise SystemExit(f"error: {flag} {v!r}: give one N for all tasks or TASK=N each")
@@ -32,12 +34,24 @@ def _lengths(values: list[str] | None, flag: str) -> Lengths:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("sweep_dirs", nargs="+", type=Path, metavar="SWEEP_DIR",
-                   help="sweep directories (or single run directories) to read")  # fmt: skip
-    p.add_argument("--policy", choices=POLICIES, default="min_val_loss",
-                   help="checkpoint whose test results are reported (report: min_val_loss)")  # fmt: skip
-    p.add_argument("--metric", default="acc",
-                   help="metric name in results.json (acc, token_acc, seq_acc, exact)")  # fmt: skip
+    p.add_argument(
+        "sweep_dirs",
+        nargs="+",
+        type=Path,
+        metavar="SWEEP_DIR",
+        help="sweep directories (or single run directories) to read",
+    )
+    p.add_argument(
+        "--policy",
+        choices=POLICIES,
+        default="min_val_loss",
+        help="checkpoint whose test results are reported (report: min_val_loss)",
+    )
+    p.add_argument(
+        "--metric",
+        default="acc",
+        help="metric name in results.json (acc, token_acc, seq_acc, exact)",
+    )
 
 
 def tables_main(argv: Sequence[str] | None = None) -> int:
@@ -50,22 +64,39 @@ def tables_main(argv: Sequence[str] | None = None) -> int:
     _common(p)
     p.add_argument("--out", type=Path, help="output directory (default: SWEEP_DIR/analysis)")
     p.add_argument("--step", type=int, help="Table 1 validation step (default: each run's final)")
-    p.add_argument("--length", action="append", metavar="N|TASK=N",
-                   help="Table 2 test length (default: longest tested per task); repeatable")  # fmt: skip
+    p.add_argument(
+        "--length",
+        action="append",
+        metavar="N|TASK=N",
+        help="Table 2 test length (default: longest tested per task); repeatable",
+    )
     p.add_argument("--split", help="split of the feedback-interval table (default 4+4)")
-    p.add_argument("--fb-length", action="append", metavar="N|TASK=N",
-                   help="feedback-table length (default: the report's, else longest)")  # fmt: skip
-    p.add_argument("--compare-report", action="store_true",
-                   help="add ours vs the report's numbers (analysis/reference/report.json)")  # fmt: skip
+    p.add_argument(
+        "--fb-length",
+        action="append",
+        metavar="N|TASK=N",
+        help="feedback-table length (default: the report's, else longest)",
+    )
+    p.add_argument(
+        "--compare-report",
+        action="store_true",
+        help="add ours vs the report's numbers (analysis/reference/report.json)",
+    )
     p.add_argument("--reference", type=Path, help="reference JSON for --compare-report")
     p.add_argument("--no-per-seed", action="store_true", help="omit per-seed detail on stdout")
     p.add_argument("--quiet", action="store_true", help="write files only")
     a = p.parse_args(argv)
     opts = ReportOptions(
-        step=a.step, metric=a.metric, policy=a.policy, lengths=_lengths(a.length, "--length"),
-        split=a.split, fb_lengths=_lengths(a.fb_length, "--fb-length"),
-        compare_report=a.compare_report, reference=a.reference, per_seed=not a.no_per_seed,
-    )  # fmt: skip
+        step=a.step,
+        metric=a.metric,
+        policy=a.policy,
+        lengths=_lengths(a.length, "--length"),
+        split=a.split,
+        fb_lengths=_lengths(a.fb_length, "--fb-length"),
+        compare_report=a.compare_report,
+        reference=a.reference,
+        per_seed=not a.no_per_seed,
+    )
     try:
         c = collect(a.sweep_dirs)
     except NoResultsError as e:
@@ -86,10 +117,15 @@ def figures_main(argv: Sequence[str] | None = None) -> int:
         description="The report's figures from sweep directories (PNG and PDF).",
     )
     _common(p)
-    p.add_argument("--out", type=Path,
-                   help="output directory (default: SWEEP_DIR/analysis/figures)")  # fmt: skip
-    p.add_argument("--format", action="append", choices=["png", "pdf", "svg"],
-                   help="file format(s) (default: png and pdf); repeatable")  # fmt: skip
+    p.add_argument(
+        "--out", type=Path, help="output directory (default: SWEEP_DIR/analysis/figures)"
+    )
+    p.add_argument(
+        "--format",
+        action="append",
+        choices=["png", "pdf", "svg"],
+        help="file format(s) (default: png and pdf); repeatable",
+    )
     a = p.parse_args(argv)
     try:
         c = collect(a.sweep_dirs)
@@ -99,11 +135,15 @@ def figures_main(argv: Sequence[str] | None = None) -> int:
     from rlt.analysis.figures import make_figures  # matplotlib only when drawing
 
     out = a.out or a.sweep_dirs[0] / "analysis" / "figures"
-    results = make_figures(c, out, policy=a.policy, metric=a.metric,
-                           formats=a.format or ("png", "pdf"))  # fmt: skip
+    results = make_figures(
+        c, out, policy=a.policy, metric=a.metric, formats=a.format or ("png", "pdf")
+    )
     for r in results:
         print("  ".join(str(p) for p in r.paths))
     if len(c.incomplete):
-        print(f"note: {len(c.incomplete)} incomplete cell(s)/run(s) are not in the figures; "
-              "analysis/tables.py lists them", file=sys.stderr)  # fmt: skip
+        print(
+            f"note: {len(c.incomplete)} incomplete cell(s)/run(s) are not in the figures; "
+            "analysis/tables.py lists them",
+            file=sys.stderr,
+        )
     return 0

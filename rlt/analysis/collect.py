@@ -5,13 +5,15 @@ Analysis works from the run directories alone (docs/DESIGN.md section 4). A run 
 (or a `config.yaml` in a `seed<N>` directory), so runs that are still going, crashed or never
 wrote results are found too: they are listed as incomplete, never dropped without a word.
 
-The expected grid of a sweep comes from `sweep.json` or `grid.json` at the sweep root:
+The expected grid of a sweep comes from `grid.json` (what `train.py -m` writes) or `sweep.json`
+at the sweep root:
 
     {"preset": "paper",                       # optional, default for every cell
      "cells": [{"task": "parity", "model": "rlt1", "split": "4+4", "seed": 42}, ...]}
 
-(cells may also carry "preset" and "feedback_interval"). Without such a file the expected grid is
-the cross product of the tasks, models and seeds seen in that sweep directory.
+(cells may also carry "arch_tag" (used when split is null, e.g. "L8" for the Transformer),
+"preset" and "feedback_interval"; other keys are ignored). Without such a file the expected
+grid is the cross product of the tasks, models and seeds seen in that sweep directory.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from rlt.analysis.labels import ModelKey, model_key, task_sort_key
 RESULTS = "results.json"
 STATUS = "status.json"
 CONFIG = "config.yaml"
-GRID_FILES = ("sweep.json", "grid.json")
+GRID_FILES = ("grid.json", "sweep.json")
 POLICIES = ("min_val_loss", "final", "max_val_acc")
 SCHEMA_VERSION = 1
 
@@ -41,6 +43,8 @@ SCHEMA_VERSION = 1
 KEYS = ["run_id", "row", "task", "preset", "label", "seed"]
 
 _SEED_DIR = re.compile(r"^seed(-?\d+)$")
+# Numbers in curve points that describe the evaluation rather than measure the model.
+_NOT_METRICS = {"step", "feedback_interval", "epoch"}
 
 
 class NoResultsError(FileNotFoundError):
@@ -167,7 +171,7 @@ def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Col
 
     _fill_presets(runs, sweep_dirs)
     models = _assign_labels(runs)
-    _mark_duplicates(runs)
+    runs = _mark_duplicates(runs)
     expected, grid_models = _expected_cells(runs, sweep_dirs)
     for key in grid_models:
         models.setdefault(key.label, key)
@@ -184,9 +188,7 @@ def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Col
     keys = runs.loc[runs["used"], KEYS]
     val = _long(val_rows, ["run_id", "step", "metric", "value"], keys)
     train = _long(train_rows, ["run_id", "step", "metric", "value"], keys)
-    test = _long(
-        test_rows, ["run_id", "policy", "policy_step", "length", "metric", "value"], keys
-    )
+    test = _long(test_rows, ["run_id", "policy", "policy_step", "length", "metric", "value"], keys)
     return Collection(
         sweep_dirs=sweep_dirs,
         runs=runs,
@@ -200,13 +202,13 @@ def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Col
     )
 
 
-_RUN_COLUMNS = [
-    "run_id", "sweep_dir", "sweep", "preset", "task", "model", "family", "split", "arch",
-    "n_enc", "n_dec", "n_layers", "feedback_interval", "feedback_schedule", "seed", "data_seed",
-    "state", "has_results", "used", "step", "max_steps", "params", "sec_per_step",
-    "train_seconds", "chance", "train_len_min", "train_len_max", "selection_step", "detail",
-    "path", "sweep_index",
-]  # fmt: skip
+# Columns of Collection.runs, in order (the record of one run directory).
+_RUN_COLUMNS = (
+    "run_id sweep_dir sweep preset task model model_dir family split arch n_enc n_dec n_layers "
+    "feedback_interval feedback_schedule seed data_seed state has_results used step max_steps "
+    "params sec_per_step train_seconds chance train_len_min train_len_max selection_step "
+    "detail path sweep_index"
+).split()
 
 
 def _read_json(path: Path) -> tuple[dict | None, str | None]:
@@ -237,6 +239,7 @@ def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, l
         sweep=sweep_dir.resolve().name,
         task=from_path.get("task"),
         model=from_path.get("model"),
+        model_dir=from_path.get("model"),
         arch=from_path.get("arch"),
         split=from_path.get("arch"),
         seed=int(seed_m.group(1)) if seed_m else None,
@@ -261,7 +264,7 @@ def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, l
     if err:
         rec.update(state="unreadable", detail=err)
     if results is None:
-        if status and status.get("state") == "done":
+        if err is None and status and status.get("state") == "done":
             rec.update(state="no results", detail=f"status says done but {RESULTS} is missing")
         return rec, [], [], [], warnings
 
@@ -336,11 +339,15 @@ def _curve_rows(run_id: str, curve: list | None) -> list[dict]:
         if not isinstance(point, dict) or point.get("step") is None:
             continue
         for metric, value in point.items():
-            if metric != "step" and _is_number(value):
+            if metric not in _NOT_METRICS and _is_number(value):
                 rows.append(
-                    {"run_id": run_id, "step": int(point["step"]), "metric": metric,
-                     "value": float(value)}
-                )  # fmt: skip
+                    {
+                        "run_id": run_id,
+                        "step": int(point["step"]),
+                        "metric": metric,
+                        "value": float(value),
+                    }
+                )
     return rows
 
 
@@ -375,19 +382,22 @@ def _assign_labels(runs: pd.DataFrame) -> dict[str, ModelKey]:
     return models
 
 
-def _mark_duplicates(runs: pd.DataFrame) -> None:
+def _mark_duplicates(runs: pd.DataFrame) -> pd.DataFrame:
     """Two completed runs of the same task, preset, model and seed: keep the first, list the rest.
 
     Happens when sweeps overlap or when one Transformer was trained under several split names.
     """
-    runs.sort_values(["sweep_index", "path"], inplace=True, ignore_index=True)
+    runs = runs.sort_values(["sweep_index", "path"], ignore_index=True)
     used = runs[runs["used"]]
     dup = used.duplicated(["task", "preset", "label", "seed"], keep="first")
     first = used[~dup].set_index(["task", "preset", "label", "seed"])["path"]
     for idx in used.index[dup]:
         r = runs.loc[idx]
         runs.loc[idx, ["used", "state"]] = [False, "duplicate"]
-        runs.loc[idx, "detail"] = f"same task, preset, model and seed as {first[(r.task, r.preset, r.label, r.seed)]}"
+        runs.loc[idx, "detail"] = (
+            f"same task, preset, model and seed as {first[(r.task, r.preset, r.label, r.seed)]}"
+        )
+    return runs
 
 
 def _expected_cells(
@@ -397,9 +407,10 @@ def _expected_cells(
     # Labels of observed runs by (model, split-or-arch), so a grid cell gets the same label.
     observed: dict[tuple[str, str], str] = {}
     for r in runs.itertuples():
-        for tag in (r.split, r.arch):
-            if tag is not None and not pd.isna(tag):
-                observed.setdefault((str(r.model), str(tag)), r.label)
+        for model in {m for m in (r.model, r.model_dir) if isinstance(m, str)}:
+            for tag in (r.split, r.arch):
+                if isinstance(tag, str):
+                    observed.setdefault((model, tag), r.label)
     cells: list[dict] = []
     grid_models: list[ModelKey] = []
     for sd in sweep_dirs:
@@ -412,8 +423,11 @@ def _expected_cells(
                 Counter(presets).most_common(1)[0][0] if len(presets) else sd.resolve().name
             )
             for c in spec.get("cells", []):
-                model, split = str(c["model"]), str(c.get("split"))
-                label = observed.get((model, split))
+                # train.py -m writes split null and arch_tag "L8" for the Transformer.
+                model = str(c["model"])
+                tags = [str(t) for t in (c.get("split"), c.get("arch_tag")) if t is not None]
+                split = tags[0] if tags else None
+                label = next((observed[model, t] for t in tags if (model, t) in observed), None)
                 if label is None:
                     key = model_key(
                         model=model, split=split, feedback_interval=c.get("feedback_interval")
@@ -421,9 +435,15 @@ def _expected_cells(
                     grid_models.append(key)
                     label = key.label
                 cells.append(
-                    {"task": c["task"], "preset": c.get("preset", default), "label": label,
-                     "model": model, "split": split, "seed": int(c["seed"])}
-                )  # fmt: skip
+                    {
+                        "task": c["task"],
+                        "preset": c.get("preset", default),
+                        "label": label,
+                        "model": model,
+                        "split": split,
+                        "seed": int(c["seed"]),
+                    }
+                )
         else:
             for preset, grp in in_sweep.groupby("preset", dropna=False):
                 combos = grp.drop_duplicates("label")[["label", "model", "split"]]
@@ -431,9 +451,15 @@ def _expected_cells(
                     for seed in grp["seed"].dropna().unique():
                         for c in combos.itertuples():
                             cells.append(
-                                {"task": task, "preset": preset, "label": c.label,
-                                 "model": c.model, "split": c.split, "seed": int(seed)}
-                            )  # fmt: skip
+                                {
+                                    "task": task,
+                                    "preset": preset,
+                                    "label": c.label,
+                                    "model": c.model,
+                                    "split": c.split,
+                                    "seed": int(seed),
+                                }
+                            )
     cols = ["task", "preset", "label", "model", "split", "seed"]
     expected = pd.DataFrame.from_records(cells, columns=cols)
     expected = expected.drop_duplicates(["task", "preset", "label", "seed"], ignore_index=True)
@@ -442,13 +468,26 @@ def _expected_cells(
 
 def _incomplete(runs: pd.DataFrame, expected: pd.DataFrame) -> pd.DataFrame:
     """Unusable run directories plus expected cells with no run directory at all."""
-    cols = ["row", "task", "preset", "label", "seed", "state", "step", "max_steps", "detail", "path"]
+    cols = [
+        "row",
+        "task",
+        "preset",
+        "label",
+        "seed",
+        "state",
+        "step",
+        "max_steps",
+        "detail",
+        "path",
+    ]
     bad = runs.loc[~runs["used"], cols]
     have = set(zip(runs["task"], runs["preset"], runs["label"], runs["seed"]))
     missing = expected[
-        [k not in have for k in zip(expected["task"], expected["preset"], expected["label"],
-                                    expected["seed"])]
-    ]  # fmt: skip
+        [
+            k not in have
+            for k in zip(expected["task"], expected["preset"], expected["label"], expected["seed"])
+        ]
+    ]
     missing = missing.assign(
         state="missing", step=None, max_steps=None, detail="no run directory", path=None
     )[cols]

@@ -55,10 +55,13 @@ def _save(fig: plt.Figure, out_dir: Path, name: str, formats: Sequence[str]) -> 
 def _length_axis(ax: plt.Axes, lengths: Sequence[float], task: str) -> None:
     """Log scale (base 2) when lengths span a decade or more, with plain-number ticks."""
     lengths = sorted(set(lengths))
-    if lengths and min(lengths) > 0 and max(lengths) / min(lengths) >= 10:
+    if _is_log(lengths):
         ax.set_xscale("log", base=2)
-        ticks = lengths if len(lengths) <= 8 else [x for x in lengths if x & (x - 1) == 0 or
-                                                   x in (lengths[0], lengths[-1])]  # fmt: skip
+        ticks = (
+            lengths
+            if len(lengths) <= 8
+            else [x for x in lengths if x & (x - 1) == 0 or x in (lengths[0], lengths[-1])]
+        )
         ax.xaxis.set_major_locator(ticker.FixedLocator(ticks))
         ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_locator(ticker.NullLocator())
@@ -66,15 +69,14 @@ def _length_axis(ax: plt.Axes, lengths: Sequence[float], task: str) -> None:
     ax.set_xlabel(f"test length ({unit})" if unit else "test length")
 
 
-def _context(ax: plt.Axes, c: Collection, row: str, *, percent: bool = True) -> None:
+def _context(ax: plt.Axes, c: Collection, row: str, *, chance: bool = True) -> None:
     """Training lengths shaded gray and chance as a dotted line, the report's visual language."""
     info = c.row_info(row)
     if info["train_lengths"]:
         lo, hi = info["train_lengths"]
         ax.axvspan(lo - 0.5, hi + 0.5, color="0.88", zorder=0, lw=0, label="training lengths")
-    if info["chance"] is not None:
-        ax.axhline(info["chance"] * (100 if percent else 1), color="0.35", ls=":", lw=1.2,
-                   zorder=1, label="chance")  # fmt: skip
+    if chance and info["chance"] is not None:
+        ax.axhline(info["chance"] * 100, color="0.35", ls=":", lw=1.2, zorder=1, label="chance")
 
 
 def _legend(fig: plt.Figure, axes: Sequence[plt.Axes]) -> None:
@@ -93,8 +95,7 @@ def length_points(
     c: Collection, row: str, *, policy: str = "min_val_loss", metric: str = "acc"
 ) -> pd.DataFrame:
     """Accuracy (%) per model and test length: the points of a length-generalization curve."""
-    t = c.test[(c.test["row"] == row) & (c.test["policy"] == policy)
-               & (c.test["metric"] == metric)]  # fmt: skip
+    t = c.test[(c.test["row"] == row) & (c.test["policy"] == policy) & (c.test["metric"] == metric)]
     stats = seed_stats(t.assign(value=t["value"] * 100), ["label", "length"])
     stats.insert(0, "row", row)
     order = {lab: i for i, lab in enumerate(c.labels)}
@@ -102,11 +103,28 @@ def length_points(
     return stats.sort_values(["_o", "length"]).drop(columns="_o").reset_index(drop=True)
 
 
-def _draw_lengths(ax: plt.Axes, c: Collection, pts: pd.DataFrame) -> None:
-    for label, grp in pts.groupby("label", sort=False):
+def _draw_lengths(ax: plt.Axes, c: Collection, pts: pd.DataFrame, *, log_x: bool) -> None:
+    """Error bars = sample SD; models are dodged by a few percent of x so bars do not overlap
+    (the dodge is drawing only: `pts` keeps the true lengths)."""
+    groups = list(pts.groupby("label", sort=False))
+    for i, (label, grp) in enumerate(groups):
         style = model_style(c.models[label])
-        ax.errorbar(grp["length"], grp["mean"], yerr=grp["sd"].fillna(0), label=label,
-                    capsize=2.5, lw=1.4, ms=4, **style)  # fmt: skip
+        shift = 0.025 * (i - (len(groups) - 1) / 2)
+        x = grp["length"] * (2**shift) if log_x else grp["length"] + shift * 4
+        ax.errorbar(
+            x,
+            grp["mean"],
+            yerr=grp["sd"].fillna(0),
+            label=label,
+            capsize=2.5,
+            lw=1.4,
+            ms=4,
+            **style,
+        )
+
+
+def _is_log(lengths: Sequence[float]) -> bool:
+    return bool(len(lengths)) and min(lengths) > 0 and max(lengths) / min(lengths) >= 10
 
 
 def length_curves(
@@ -133,11 +151,12 @@ def length_curves(
     if len(panels) > 1:
         ncol = min(3, len(panels))
         nrow = -(-len(panels) // ncol)
-        fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.3 * nrow),
-                                 layout="constrained", squeeze=False)  # fmt: skip
+        fig, axes = plt.subplots(
+            nrow, ncol, figsize=(4.2 * ncol, 3.3 * nrow), layout="constrained", squeeze=False
+        )
         for ax, (row, pts) in zip(axes.flat, panels):
             _draw_row(ax, c, row, pts, metric, policy)
-        for ax in list(axes.flat)[len(panels):]:
+        for ax in list(axes.flat)[len(panels) :]:
             ax.set_visible(False)
         _legend(fig, list(axes.flat))
         data = pd.concat([p for _, p in panels], ignore_index=True)
@@ -145,10 +164,11 @@ def length_curves(
     return results
 
 
-def _draw_row(ax: plt.Axes, c: Collection, row: str, pts: pd.DataFrame, metric: str,
-              policy: str) -> None:  # fmt: skip
+def _draw_row(
+    ax: plt.Axes, c: Collection, row: str, pts: pd.DataFrame, metric: str, policy: str
+) -> None:
     _context(ax, c, row)
-    _draw_lengths(ax, c, pts)
+    _draw_lengths(ax, c, pts, log_x=_is_log(pts["length"].tolist()))
     _length_axis(ax, pts["length"].tolist(), c.row_task(row))
     ax.set_ylabel(f"test {metric} (%)")
     ax.set_ylim(-3, 103)
@@ -156,8 +176,9 @@ def _draw_row(ax: plt.Axes, c: Collection, row: str, pts: pd.DataFrame, metric: 
     ax.grid(True, alpha=0.3)
 
 
-def curve_points(c: Collection, frame: pd.DataFrame, row: str, metric: str,
-                 scale: float = 1.0) -> pd.DataFrame:  # fmt: skip
+def curve_points(
+    c: Collection, frame: pd.DataFrame, row: str, metric: str, scale: float = 1.0
+) -> pd.DataFrame:
     """Mean and SD over seeds per model and step (validation or training curves)."""
     f = frame[(frame["row"] == row) & (frame["metric"] == metric)]
     stats = seed_stats(f.assign(value=f["value"] * scale), ["label", "step"])
@@ -167,9 +188,19 @@ def curve_points(c: Collection, frame: pd.DataFrame, row: str, metric: str,
     return stats.sort_values(["_o", "step"]).drop(columns="_o").reset_index(drop=True)
 
 
-def _curves(c: Collection, frame: pd.DataFrame, out: Path, *, metric: str, scale: float,
-            prefix: str, ylabel: str, log_y: bool, formats: Sequence[str],
-            chance: bool) -> list[FigureResult]:  # fmt: skip
+def _curves(
+    c: Collection,
+    frame: pd.DataFrame,
+    out: Path,
+    *,
+    metric: str,
+    scale: float,
+    prefix: str,
+    ylabel: str,
+    log_y: bool,
+    formats: Sequence[str],
+    chance: bool,
+) -> list[FigureResult]:
     results = []
     for row in c.rows:
         pts = curve_points(c, frame, row, metric, scale)
@@ -184,10 +215,18 @@ def _curves(c: Collection, frame: pd.DataFrame, out: Path, *, metric: str, scale
             style = model_style(c.models[label])
             ax.plot(grp["step"], grp["mean"], label=label, color=style["color"], lw=1.4)
             sd = grp["sd"].fillna(0)
-            ax.fill_between(grp["step"], grp["mean"] - sd, grp["mean"] + sd,
-                            color=style["color"], alpha=0.18, lw=0)  # fmt: skip
+            ax.fill_between(
+                grp["step"],
+                grp["mean"] - sd,
+                grp["mean"] + sd,
+                color=style["color"],
+                alpha=0.18,
+                lw=0,
+            )
         if log_y and (pts["mean"] > 0).all():
             ax.set_yscale("log")
+        if scale == 100:
+            ax.set_ylim(-3, 103)
         ax.set_xlabel("optimizer step")
         ax.set_ylabel(ylabel)
         ax.set_title(row)
@@ -198,40 +237,71 @@ def _curves(c: Collection, frame: pd.DataFrame, out: Path, *, metric: str, scale
     return results
 
 
-def val_curves(c: Collection, out_dir: str | Path, *, metric: str = "acc",
-               formats: Sequence[str] = ("png", "pdf")) -> list[FigureResult]:  # fmt: skip
+def val_curves(
+    c: Collection,
+    out_dir: str | Path,
+    *,
+    metric: str = "acc",
+    formats: Sequence[str] = ("png", "pdf"),
+) -> list[FigureResult]:
     """Validation accuracy vs step per task, mean with a ± SD band over seeds."""
-    return _curves(c, c.val, Path(out_dir), metric=metric, scale=100, prefix=f"val_{metric}",
-                   ylabel=f"validation {metric} (%)", log_y=False, formats=formats,
-                   chance=True)  # fmt: skip
+    return _curves(
+        c,
+        c.val,
+        Path(out_dir),
+        metric=metric,
+        scale=100,
+        prefix=f"val_{metric}",
+        ylabel=f"validation {metric} (%)",
+        log_y=False,
+        formats=formats,
+        chance=True,
+    )
 
 
-def train_loss_curves(c: Collection, out_dir: str | Path, *,
-                      formats: Sequence[str] = ("png", "pdf")) -> list[FigureResult]:  # fmt: skip
+def train_loss_curves(
+    c: Collection, out_dir: str | Path, *, formats: Sequence[str] = ("png", "pdf")
+) -> list[FigureResult]:
     """Training loss vs step per task, mean with a ± SD band over seeds, log y."""
-    return _curves(c, c.train, Path(out_dir), metric="loss", scale=1.0, prefix="train_loss",
-                   ylabel="training loss", log_y=True, formats=formats, chance=False)  # fmt: skip
+    return _curves(
+        c,
+        c.train,
+        Path(out_dir),
+        metric="loss",
+        scale=1.0,
+        prefix="train_loss",
+        ylabel="training loss",
+        log_y=True,
+        formats=formats,
+        chance=False,
+    )
 
 
-def s5_panels(c: Collection, out_dir: str | Path, *, policy: str = "min_val_loss",
-              formats: Sequence[str] = ("png", "pdf")) -> list[FigureResult]:  # fmt: skip
+def s5_panels(
+    c: Collection,
+    out_dir: str | Path,
+    *,
+    policy: str = "min_val_loss",
+    formats: Sequence[str] = ("png", "pdf"),
+) -> list[FigureResult]:
     """Prefix-token, final-state and whole-sequence accuracy vs length for the S5 tasks.
 
-    Drawn for every task whose test rows carry all three metrics.
+    Drawn for every S5 task (name starting with "s5") whose test rows carry all three metrics;
+    other tasks report them too, but only for S5 does the report read them as one panel.
     """
     out = Path(out_dir)
     results = []
     for row in c.rows:
         here = c.test[(c.test["row"] == row) & (c.test["policy"] == policy)]
-        if not set(S5_METRICS) <= set(here["metric"]):
+        if not c.row_task(row).startswith("s5") or not set(S5_METRICS) <= set(here["metric"]):
             continue
         fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), sharey=True, layout="constrained")
         frames = []
         for ax, (metric, title) in zip(axes, S5_METRICS.items()):
             pts = length_points(c, row, policy=policy, metric=metric).assign(metric=metric)
             frames.append(pts)
-            _context(ax, c, row)
-            _draw_lengths(ax, c, pts)
+            _context(ax, c, row, chance=metric != "seq_acc")  # no chance level for whole seqs
+            _draw_lengths(ax, c, pts, log_x=_is_log(pts["length"].tolist()))
             _length_axis(ax, pts["length"].tolist(), c.row_task(row))
             ax.set_title(f"{row}: {title} accuracy")
             ax.set_ylim(-3, 103)
@@ -239,8 +309,9 @@ def s5_panels(c: Collection, out_dir: str | Path, *, policy: str = "min_val_loss
         axes[0].set_ylabel("test accuracy (%)")
         _legend(fig, list(axes))
         name = f"s5_panel_{_slug(row)}"
-        results.append(FigureResult(name, _save(fig, out, name, formats),
-                                    pd.concat(frames, ignore_index=True)))  # fmt: skip
+        results.append(
+            FigureResult(name, _save(fig, out, name, formats), pd.concat(frames, ignore_index=True))
+        )
     return results
 
 

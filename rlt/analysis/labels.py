@@ -103,7 +103,9 @@ def model_key(
         if variant == "RLT-2" and feedback_interval is None and m.group(2):
             feedback_interval = int(m.group(2))
     elif family == "rlt" or model.lower().startswith("rlt"):
-        variant = "RLT-0" if feedback_interval is None else "RLT-1" if feedback_interval == 1 else "RLT-2"
+        variant = (
+            "RLT-0" if feedback_interval is None else "RLT-1" if feedback_interval == 1 else "RLT-2"
+        )
     else:
         variant = model or "unknown"
     if schedule and variant != "RLT-0":

@@ -43,8 +43,11 @@ def compare_table(c: Collection, reference: dict, *, metric: str = "acc") -> Tab
             v = c.val[(c.val["metric"] == metric) & (c.val["step"] == e["step"])]
             at = f"step {e['step']}"
         else:
-            v = c.test[(c.test["metric"] == metric) & (c.test["length"] == e["length"])
-                       & (c.test["policy"] == e.get("policy", "min_val_loss"))]  # fmt: skip
+            v = c.test[
+                (c.test["metric"] == metric)
+                & (c.test["length"] == e["length"])
+                & (c.test["policy"] == e.get("policy", "min_val_loss"))
+            ]
             at = f"length {e['length']}"
         v = v[v["run_id"].isin(runs["run_id"])]
         if v.empty:
@@ -53,33 +56,63 @@ def compare_table(c: Collection, reference: dict, *, metric: str = "acc") -> Tab
         stats = seed_stats(v.assign(value=v["value"] * 100), ["row"])
         for s in stats.itertuples():
             records.append(
-                {"row": s.row, "column": e["model"], "source": _TABLE_NAMES.get(e["table"],
-                 e["table"]), "at": at, "mean": s.mean, "sd": s.sd, "n": int(s.n),
-                 "report_mean": e["mean"], "report_sd": e.get("sd"),
-                 "diff": s.mean - e["mean"], "note": e.get("note", "")}
-            )  # fmt: skip
+                {
+                    "row": s.row,
+                    "column": e["model"],
+                    "source": _TABLE_NAMES.get(e["table"], e["table"]),
+                    "at": at,
+                    "mean": s.mean,
+                    "sd": s.sd,
+                    "n": int(s.n),
+                    "report_mean": e["mean"],
+                    "report_sd": e.get("sd"),
+                    "diff": s.mean - e["mean"],
+                    "n_report": len(e.get("seeds") or (42, 43, 44)),
+                    "note": e.get("note", ""),
+                }
+            )
     data = pd.DataFrame.from_records(
         records,
-        columns=["row", "column", "source", "at", "mean", "sd", "n", "report_mean", "report_sd",
-                 "diff", "note"],
-    )  # fmt: skip
+        columns=[
+            "row",
+            "column",
+            "source",
+            "at",
+            "mean",
+            "sd",
+            "n",
+            "report_mean",
+            "report_sd",
+            "diff",
+            "n_report",
+            "note",
+        ],
+    )
     display = pd.DataFrame(
         {
             "task": data["row"].values,
             "model": data["column"].values,
             "at": data["at"].values,
-            "ours": [render.fmt_cell(r.mean, r.sd, r.n) + (f" (n={r.n})" if r.n < 3 else "")
-                     for r in data.itertuples()],  # fmt: skip
-            "report": [render.fmt_cell(r.report_mean, _nan(r.report_sd), 3)
-                       for r in data.itertuples()],  # fmt: skip
+            "ours": [render.fmt_cell(r.mean, r.sd, r.n, r.n_report) for r in data.itertuples()],
+            "report": [
+                render.fmt_cell(r.report_mean, _nan(r.report_sd), 3) for r in data.itertuples()
+            ],
             "Δ mean": [f"{d:+.2f}" for d in data["diff"]],
         },
         index=pd.Index(data["source"].values),
     )
-    notes = [f"{unmatched} of {len(reference['entries'])} reference entries have no matching "
-             "runs here (other tasks, models, steps or lengths) and are not shown"]  # fmt: skip
-    return Table("compare_report", "Ours vs the report (%), Δ = our mean - report mean", display,
-                 data, index_header="source", notes=notes)  # fmt: skip
+    notes = [
+        f"{unmatched} of {len(reference['entries'])} reference entries have no matching "
+        "runs here (other tasks, models, steps or lengths) and are not shown"
+    ]
+    return Table(
+        "compare_report",
+        "Ours vs the report (%), Δ = our mean - report mean",
+        display,
+        data,
+        index_header="source",
+        notes=notes,
+    )
 
 
 def _nan(x: object) -> float:

@@ -14,9 +14,7 @@ import pandas as pd
 DASH = "–"
 
 
-def fmt_cell(
-    mean: float, sd: float, n: int, n_expected: int = 0, best: float | None = None
-) -> str:
+def fmt_cell(mean: float, sd: float, n: int, n_expected: int = 0, best: float | None = None) -> str:
     """A table cell: "mean ± sd" in percent with 2 decimals, the report's style.
 
     A cell built from fewer seeds than the grid expects says so ("(n=2/3)"); a single seed has
@@ -36,14 +34,29 @@ def fmt_cell(
 
 
 def markdown(df: pd.DataFrame, index_header: str | None = None) -> str:
-    """A GitHub Markdown table; the index becomes the first column."""
+    """A GitHub Markdown table; the index becomes the first column.
+
+    Floats print with 2 decimals; columns of numbers are right-aligned, text left-aligned.
+    """
     header = [index_header or (df.index.name or "")] + [str(c) for c in df.columns]
-    lines = ["| " + " | ".join(_md(h) for h in header) + " |"]
-    lines.append("|" + "|".join(["---"] + ["---:"] * len(df.columns)) + "|")
-    for idx, row in df.iterrows():
-        cells = [str(idx)] + ["" if _blank(v) else str(v) for v in row]
-        lines.append("| " + " | ".join(_md(c) for c in cells) + " |")
+    # astype(object) keeps each column's own type per cell (iterrows would turn ints to floats).
+    body = [[str(idx)] + [_text(v) for v in row] for idx, *row in df.astype(object).itertuples()]
+    align = ["---"] + [
+        "---:" if all(_NUMERIC.match(r[j]) or not r[j] for r in body) else "---"
+        for j in range(1, len(header))
+    ]
+    lines = ["| " + " | ".join(_md(h) for h in header) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(_md(c) for c in cells) + " |" for cells in body]
     return "\n".join(lines)
+
+
+_NUMERIC = re.compile(r"^[-+–]?\d|^–")
+
+
+def _text(v: object) -> str:
+    if _blank(v):
+        return ""
+    return f"{v:.2f}" if isinstance(v, float) else str(v)
 
 
 def _md(text: str) -> str:
@@ -55,11 +68,26 @@ def _blank(v: object) -> bool:
 
 
 _LATEX_ESCAPES = {
-    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-    "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-}  # fmt: skip
-_LATEX_UNICODE = {"±": r"$\pm$", "–": "--", "→": r"$\to$", "·": r"$\cdot$", "×": r"$\times$",
-                  "Δ": r"$\Delta$", "≥": r"$\geq$"}  # fmt: skip
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
+_LATEX_UNICODE = {
+    "±": r"$\pm$",
+    "–": "--",
+    "→": r"$\to$",
+    "·": r"$\cdot$",
+    "×": r"$\times$",
+    "Δ": r"$\Delta$",
+    "≥": r"$\geq$",
+}
 _LATEX_RE = re.compile("|".join(re.escape(k) for k in _LATEX_ESCAPES))
 
 
@@ -84,8 +112,8 @@ def latex(df: pd.DataFrame, *, caption: str, label: str, index_header: str | Non
         " & ".join(latex_escape(h) for h in header) + r" \\",
         r"\midrule",
     ]
-    for idx, row in df.iterrows():
-        cells = [idx] + ["" if _blank(v) else v for v in row]
+    for idx, *row in df.astype(object).itertuples():
+        cells = [idx] + [_text(v) for v in row]
         lines.append(" & ".join(latex_escape(c) for c in cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
     return "\n".join(lines) + "\n"

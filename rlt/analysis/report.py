@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlt.analysis import render
 from rlt.analysis.collect import Collection, collect
 from rlt.analysis.reference import compare_table, load_reference
 from rlt.analysis.tables import (
@@ -14,11 +15,11 @@ from rlt.analysis.tables import (
     Table,
     cost_table,
     feedback_table,
+    generalization_table,
     incomplete_table,
     length_table,
     params_table,
     policy_table,
-    test_table,
     val_table,
 )
 
@@ -52,17 +53,21 @@ def feedback_split(c: Collection, split: str | None) -> str | None:
 
 
 def build_tables(c: Collection, opts: ReportOptions | None = None) -> dict[str, Table]:
-    """Every table, keyed by role: table1, table2, feedback, lengths, policies, params, cost,
-    compare (with compare_report), incomplete."""
+    """Every table, keyed by role: table1, table2, feedback (when RLT-0 or RLT-2 runs exist,
+    or a split is given), lengths, policies, params, cost, compare (with compare_report),
+    incomplete."""
     o = opts or ReportOptions()
     tables = {
         "table1": val_table(c, step=o.step, metric=o.metric),
-        "table2": test_table(c, policy=o.policy, lengths=o.lengths, metric=o.metric),
+        "table2": generalization_table(c, policy=o.policy, lengths=o.lengths, metric=o.metric),
     }
+    # Without RLT-0 or RLT-2 runs the feedback table would only repeat Table 2.
+    has_feedback = any(k.variant in ("RLT-0", "RLT-2") for k in c.models.values())
     split = feedback_split(c, o.split)
-    if split:
-        tables["feedback"] = feedback_table(c, split=split, policy=o.policy,
-                                            lengths=o.fb_lengths, metric=o.metric)  # fmt: skip
+    if split and (has_feedback or o.split):
+        tables["feedback"] = feedback_table(
+            c, split=split, policy=o.policy, lengths=o.fb_lengths, metric=o.metric
+        )
     tables["lengths"] = length_table(c, policy=o.policy, metric=o.metric)
     tables["policies"] = policy_table(c, lengths=o.lengths, metric=o.metric)
     tables["params"] = params_table(c)
@@ -81,13 +86,19 @@ def _header(c: Collection) -> list[str]:
         "",
         f"{len(used)} run(s) with results over {used['task'].nunique()} task(s), "
         f"{used['label'].nunique()} model(s), seeds "
-        + ", ".join(str(s) for s in sorted(used["seed"].dropna().unique())) + ".",
+        + ", ".join(str(s) for s in sorted(used["seed"].dropna().unique()))
+        + ".",
     ]
     if states:
-        lines.append("Incomplete: " + ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
-                     + " (listed at the end).")  # fmt: skip
-    lines.append("Accuracies in %, mean ± sample SD (ddof=1) over seeds; "
-                 "(n=a/b) marks cells with fewer seeds than the grid expects.")  # fmt: skip
+        lines.append(
+            "Incomplete: "
+            + ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+            + " (listed at the end)."
+        )
+    lines.append(
+        "Accuracies in %, mean ± sample SD (ddof=1) over seeds; "
+        "(n=a/b) marks cells with fewer seeds than the grid expects."
+    )
     lines += [f"- warning: {w}" for w in c.warnings]
     return lines
 
@@ -109,14 +120,8 @@ def render_report(c: Collection, tables: dict[str, Table], *, per_seed: bool = T
             t = tables.get(key)
             if t is not None and t.per_seed is not None and not t.per_seed.empty:
                 parts.append(f"### {t.title.split(':')[0]} ({t.name})\n")
-                parts.append(_md_per_seed(t) + "\n")
+                parts.append(render.markdown(t.per_seed.fillna(""), "cell") + "\n")
     return "\n".join(parts)
-
-
-def _md_per_seed(t: Table) -> str:
-    from rlt.analysis import render
-
-    return render.markdown(t.per_seed.fillna(""), "cell")
 
 
 def write_report(

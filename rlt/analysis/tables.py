@@ -132,16 +132,35 @@ def cell_table(
                 s = stats.loc[(r, col)]
                 rec = {k: s[k] for k in ("mean", "sd", "n", "min", "max", "seeds", "values")}
             elif n_exp:
-                rec = {"mean": float("nan"), "sd": float("nan"), "n": 0, "min": float("nan"),
-                       "max": float("nan"), "seeds": (), "values": ()}  # fmt: skip
+                rec = {
+                    "mean": float("nan"),
+                    "sd": float("nan"),
+                    "n": 0,
+                    "min": float("nan"),
+                    "max": float("nan"),
+                    "seeds": (),
+                    "values": (),
+                }
             else:
                 continue
-            rec.update(row=row_display.get(r, r), key=row_of.get(r, r), column=col,
-                       n_expected=n_exp)
+            rec.update(
+                row=row_display.get(r, r), key=row_of.get(r, r), column=col, n_expected=n_exp
+            )
             rec["n"] = int(rec["n"])
             records.append(rec)
-    cols = ["row", "key", "column", "mean", "sd", "n", "n_expected", "min", "max", "seeds",
-            "values"]  # fmt: skip
+    cols = [
+        "row",
+        "key",
+        "column",
+        "mean",
+        "sd",
+        "n",
+        "n_expected",
+        "min",
+        "max",
+        "seeds",
+        "values",
+    ]
     data = pd.DataFrame.from_records(records, columns=cols)
     shown_rows = list(dict.fromkeys(data["row"]))
     shown_cols = [col for col in columns if col in set(data["column"])]
@@ -187,8 +206,10 @@ def val_table(c: Collection, *, step: int | None = None, metric: str = "acc") ->
         at = f"step {step}"
     notes = []
     if step is None and len(v):
-        notes.append("final = last validation step of each run: step(s) " + ", ".join(
-            str(s) for s in sorted(v["step"].unique())))
+        notes.append(
+            "final = last validation step of each run: step(s) "
+            + ", ".join(str(s) for s in sorted(v["step"].unique()))
+        )
     lacking = c.used[~c.used["run_id"].isin(v["run_id"])]
     if len(lacking):
         notes.append(
@@ -197,14 +218,23 @@ def val_table(c: Collection, *, step: int | None = None, metric: str = "acc") ->
         )
     values = v.assign(column=v["label"], value=v["value"] * 100)
     return cell_table(
-        values, c=c, name="table1_val" if step is None else f"table1_val_step{step}",
+        values,
+        c=c,
+        name="table1_val" if step is None else f"table1_val_step{step}",
         title=f"Table 1: validation {metric} (%) at {at}, mean ± SD over seeds",
-        rows=c.rows, columns=c.labels, notes=notes,
-    )  # fmt: skip
+        rows=c.rows,
+        columns=c.labels,
+        notes=notes,
+    )
 
 
-def _pick_length(available: Sequence[int], task: str, row: str, lengths: Lengths,
-                 default: Mapping[str, int] | None = None) -> int | None:  # fmt: skip
+def _pick_length(
+    available: Sequence[int],
+    task: str,
+    row: str,
+    lengths: Lengths,
+    default: Mapping[str, int] | None = None,
+) -> int | None:
     if isinstance(lengths, Mapping):
         want = lengths.get(row, lengths.get(task))
     else:
@@ -216,7 +246,7 @@ def _pick_length(available: Sequence[int], task: str, row: str, lengths: Lengths
     return int(want)
 
 
-def test_table(
+def generalization_table(
     c: Collection,
     *,
     policy: str = "min_val_loss",
@@ -242,8 +272,10 @@ def test_table(
         available = sorted(here["length"].unique())
         length = _pick_length(available, task, row, lengths, default_lengths)
         if length is not None and available and length not in available:
-            notes.append(f"{row}: no {metric} at length {length} under policy {policy} "
-                         f"(tested: {', '.join(map(str, available))})")  # fmt: skip
+            notes.append(
+                f"{row}: no {metric} at length {length} under policy {policy} "
+                f"(tested: {', '.join(map(str, available))})"
+            )
         rows.append(row)
         display[row] = row_format.format(row=row, length=_or_dash(length))
         parts.append(here[here["length"] == length])
@@ -251,15 +283,25 @@ def test_table(
     values = sel.assign(column=sel["label"], value=sel["value"] * 100)
     values = values[values["column"].isin(columns)]
     return cell_table(
-        values, c=c, name=name or f"table2_test_{policy}",
-        title=title or f"Table 2: test {metric} (%) at the longest tested length, checkpoint "
-                       f"policy {policy}, mean ± SD over seeds",
-        rows=rows, columns=columns, row_display=display, best=best, notes=notes,
-    )  # fmt: skip
+        values,
+        c=c,
+        name=name or f"table2_test_{policy}",
+        title=title
+        or f"Table 2: test {metric} (%) at the longest tested length, checkpoint "
+        f"policy {policy}, mean ± SD over seeds",
+        rows=rows,
+        columns=columns,
+        row_display=display,
+        best=best,
+        notes=notes,
+    )
 
 
 def length_table(
-    c: Collection, *, policy: str = "min_val_loss", metric: str = "acc",
+    c: Collection,
+    *,
+    policy: str = "min_val_loss",
+    metric: str = "acc",
     columns: Sequence[str] | None = None,
 ) -> Table:
     """Test accuracy at every tested length: the length curves as numbers."""
@@ -271,14 +313,22 @@ def length_table(
             key = f"{row} / {length}"
             keys.append(key)
             row_of[key] = row
-    values = t.assign(row=[f"{r} / {n}" for r, n in zip(t["row"], t["length"])],
-                      column=t["label"], value=t["value"] * 100)  # fmt: skip
+    values = t.assign(
+        row=[f"{r} / {n}" for r, n in zip(t["row"], t["length"])],
+        column=t["label"],
+        value=t["value"] * 100,
+    )
     values = values[values["column"].isin(columns)]
     table = cell_table(
-        values, c=c, name=f"lengths_{policy}", rows=keys, columns=columns, row_of=row_of,
+        values,
+        c=c,
+        name=f"lengths_{policy}",
+        rows=keys,
+        columns=columns,
+        row_of=row_of,
         title=f"Test {metric} (%) at every tested length, checkpoint policy {policy}, "
-              "mean ± SD over seeds",
-    )  # fmt: skip
+        "mean ± SD over seeds",
+    )
     table.index_header = "task / length"
     return table
 
@@ -293,10 +343,11 @@ def feedback_columns(c: Collection, split: str) -> list[str]:
     total = (n_enc or 0) + (n_dec or 0)
     order = {"RLT-1": 0, "RLT-0": 1, "RLT-2": 2, "Transformer": 3}
     cols = [
-        lab for lab, k in c.models.items()
+        lab
+        for lab, k in c.models.items()
         if (k.variant in ("RLT-1", "RLT-2", "RLT-0") and k.split == split)
         or (k.variant == "Transformer" and k.n_layers == total)
-    ]  # fmt: skip
+    ]
     return sorted(cols, key=lambda lab: (order[c.models[lab].variant], c.models[lab].sort_key))
 
 
@@ -314,13 +365,18 @@ def feedback_table(
     mod5_brackets 64) where tested, else the longest tested length.
     """
     cols = feedback_columns(c, split)
-    table = test_table(
-        c, policy=policy, lengths=lengths, metric=metric, columns=cols,
+    table = generalization_table(
+        c,
+        policy=policy,
+        lengths=lengths,
+        metric=metric,
+        columns=cols,
         name=f"feedback_{split}_{policy}",
         title=f"Feedback interval at split {split}: test {metric} (%), checkpoint policy "
-              f"{policy}, mean ± SD over seeds",
-        row_format="{row} / {length}", default_lengths=FEEDBACK_LENGTHS,
-    )  # fmt: skip
+        f"{policy}, mean ± SD over seeds",
+        row_format="{row} / {length}",
+        default_lengths=FEEDBACK_LENGTHS,
+    )
     table.index_header = "task / length"
     variants = {c.models[lab].variant for lab in cols}
     for v in ("RLT-1", "RLT-0", "RLT-2", "Transformer"):
@@ -338,29 +394,38 @@ def policy_table(c: Collection, *, lengths: Lengths = None, metric: str = "acc")
     """
     present = [p for p in POLICIES if p in set(c.test["policy"])]
     present += sorted(set(c.test["policy"]) - set(POLICIES))
+    if not present:
+        return Table("policies", "Checkpoint policies", pd.DataFrame(), pd.DataFrame())
     tables = [
-        test_table(c, policy=p, lengths=lengths, metric=metric, best=True,
-                   row_format="{row} (" + "{length}" + f") · {p}")
+        generalization_table(
+            c,
+            policy=p,
+            lengths=lengths,
+            metric=metric,
+            best=True,
+            row_format="{row} (" + "{length}" + f") · {p}",
+        )
         for p in present
-    ]  # fmt: skip
-    rows_in_order = []
-    for row in c.rows:
-        for tab in tables:
-            rows_in_order += [r for r in tab.display.index if tab.data.loc[
-                tab.data["row"] == r, "key"].eq(row).any()]
-    display = pd.concat([t.display for t in tables]) if tables else pd.DataFrame()
-    display = display.loc[[r for r in rows_in_order if r in display.index]].fillna("")
-    data = pd.concat([t.data.assign(policy=p) for t, p in zip(tables, present)]) if tables \
-        else pd.DataFrame()
+    ]
+    data = pd.concat([t.data.assign(policy=p) for t, p in zip(tables, present)])
+    # Policy-major after concat; a stable sort on the task order groups each task's policies.
+    order = {row: i for i, row in enumerate(c.rows)}
+    key_of = dict(zip(data["row"], data["key"]))
+    shown = sorted(dict.fromkeys(data["row"]), key=lambda r: order[key_of[r]])
+    display = pd.concat([t.display for t in tables]).loc[shown].fillna("")
     return Table(
         "policies",
         f"Checkpoint policies: test {metric} (%) at the longest tested length, mean ± SD "
         "[max over seeds]",
-        display, data, index_header="task (length) · policy",
-        per_seed=pd.concat([t.per_seed for t in tables]) if tables else None,
-        notes=["policies: min_val_loss = lowest validation loss (the report's), final = last "
-               "step, max_val_acc = highest validation accuracy"],
-    )  # fmt: skip
+        display,
+        data,
+        index_header="task (length) · policy",
+        per_seed=pd.concat([t.per_seed for t in tables]),
+        notes=[
+            "policies: min_val_loss = lowest validation loss (the report's), final = last "
+            "step, max_val_acc = highest validation accuracy"
+        ],
+    )
 
 
 def params_table(c: Collection) -> Table:
@@ -370,24 +435,37 @@ def params_table(c: Collection) -> Table:
     28.73M, RLT-0 = RLT-1 - 787,968), so a mismatch here means a model is not the report's.
     """
     used = c.used.dropna(subset=["params"])
+    multi = used["preset"].nunique() > 1  # same label, different width across presets
     records, notes = [], []
-    for lab in c.labels:
-        p = used.loc[used["label"] == lab, "params"].astype(int)
-        if p.empty:
-            continue
-        k = c.models[lab]
-        rec = {"column": lab, "row": lab, "params_min": int(p.min()), "params_max": int(p.max()),
-               "n_runs": len(p), "delta_vs_rlt1": None}  # fmt: skip
-        ref = f"RLT-1 {k.split}"
-        ref_p = used.loc[used["label"] == ref, "params"]
-        if k.variant != "Transformer" and lab != ref and len(ref_p):
-            rec["delta_vs_rlt1"] = int(p.min()) - int(ref_p.min())
-        if p.nunique() > 1:
-            notes.append(f"{lab}: parameter count differs between runs ({p.min():,}–{p.max():,}); "
-                         "check the preset of each run")  # fmt: skip
-        records.append(rec)
+    for preset in sorted(used["preset"].unique()):
+        here = used[used["preset"] == preset]
+        for lab in c.labels:
+            p = here.loc[here["label"] == lab, "params"].astype(int)
+            if p.empty:
+                continue
+            k = c.models[lab]
+            row = f"{lab} [{preset}]" if multi else lab
+            rec = {
+                "row": row,
+                "column": lab,
+                "preset": preset,
+                "params_min": int(p.min()),
+                "params_max": int(p.max()),
+                "n_runs": len(p),
+                "delta_vs_rlt1": None,
+            }
+            ref = here.loc[here["label"] == f"RLT-1 {k.split}", "params"]
+            if k.variant not in ("Transformer", "RLT-1") and len(ref):
+                rec["delta_vs_rlt1"] = int(p.min()) - int(ref.min())
+            if p.nunique() > 1:
+                notes.append(
+                    f"{row}: parameter count differs between runs ({p.min():,}–{p.max():,}); "
+                    "check the config of each run"
+                )
+            records.append(rec)
     data = pd.DataFrame.from_records(
-        records, columns=["row", "column", "params_min", "params_max", "n_runs", "delta_vs_rlt1"]
+        records,
+        columns=["row", "column", "preset", "params_min", "params_max", "n_runs", "delta_vs_rlt1"],
     )
     display = pd.DataFrame(
         {
@@ -400,8 +478,7 @@ def params_table(c: Collection) -> Table:
         },
         index=pd.Index(data["row"]),
     )
-    return Table("params", "Parameters per model", display, data, index_header="model",
-                 notes=notes)  # fmt: skip
+    return Table("params", "Parameters per model", display, data, index_header="model", notes=notes)
 
 
 def _params(lo: int, hi: int) -> str:
@@ -417,12 +494,19 @@ def cost_table(c: Collection) -> Table:
     """
     used = c.used.dropna(subset=["sec_per_step"])
     if used.empty:
-        return Table("cost", "Training cost (seconds per step)", pd.DataFrame(), pd.DataFrame(),
-                     index_header="model", notes=["no run recorded timing.sec_per_step"])  # fmt: skip
+        return Table(
+            "cost",
+            "Training cost (seconds per step)",
+            pd.DataFrame(),
+            pd.DataFrame(),
+            index_header="model",
+            notes=["no run recorded timing.sec_per_step"],
+        )
     per_task = used.groupby(["label", "row"])["sec_per_step"].mean().unstack("row")
     rows = [r for r in c.rows if r in per_task.columns]
-    per_task = per_task.reindex(index=[lab for lab in c.labels if lab in per_task.index],
-                                columns=rows)  # fmt: skip
+    per_task = per_task.reindex(
+        index=[lab for lab in c.labels if lab in per_task.index], columns=rows
+    )
 
     def ratio(lab: str, ref: str | None) -> float:
         if ref is None or ref not in per_task.index:
@@ -436,10 +520,17 @@ def cost_table(c: Collection) -> Table:
         rlt0 = f"RLT-0 {k.split}" if k.variant != "Transformer" else None
         tf = f"Transformer {k.n_layers}" if k.n_layers else None
         runs = used[used["label"] == lab]
-        rec = {"row": lab, "column": "all", "sec_per_step": float(runs["sec_per_step"].mean()),
-               "n_runs": len(runs), "ratio_rlt0": ratio(lab, rlt0), "ratio_transformer":
-               ratio(lab, tf), "train_hours": float(runs["train_seconds"].mean() / 3600)
-               if runs["train_seconds"].notna().any() else float("nan")}  # fmt: skip
+        rec = {
+            "row": lab,
+            "column": "all",
+            "sec_per_step": float(runs["sec_per_step"].mean()),
+            "n_runs": len(runs),
+            "ratio_rlt0": ratio(lab, rlt0),
+            "ratio_transformer": ratio(lab, tf),
+            "train_hours": float(runs["train_seconds"].mean() / 3600)
+            if runs["train_seconds"].notna().any()
+            else float("nan"),
+        }
         rec.update({f"sec_per_step[{r}]": per_task.loc[lab, r] for r in rows})
         records.append(rec)
     data = pd.DataFrame.from_records(records)
@@ -452,12 +543,17 @@ def cost_table(c: Collection) -> Table:
     display["× Transformer"] = [_ratio(v) for v in data["ratio_transformer"]]
     display["train h"] = [_ratio(v) for v in data["train_hours"]]
     return Table(
-        "cost", "Training cost: mean seconds per optimizer step (excluding validation)",
-        display, data, index_header="model",
-        notes=["ratios: per task against RLT-0 at the same split / the Transformer of the same "
-               "depth, averaged over the tasks both ran; machines must match for ratios to mean "
-               "anything"],
-    )  # fmt: skip
+        "cost",
+        "Training cost: mean seconds per optimizer step (excluding validation)",
+        display,
+        data,
+        index_header="model",
+        notes=[
+            "ratios: per task against RLT-0 at the same split / the Transformer of the same "
+            "depth, averaged over the tasks both ran; machines must match for ratios to mean "
+            "anything"
+        ],
+    )
 
 
 def _sec(v: float) -> str:
@@ -490,8 +586,11 @@ def incomplete_table(c: Collection) -> Table:
 def _step(step: object, max_steps: object) -> str:
     if step is None or pd.isna(step):
         return ""
-    return f"{int(step)}/{int(max_steps)}" if max_steps is not None and not pd.isna(
-        max_steps) else str(int(step))  # fmt: skip
+    return (
+        f"{int(step)}/{int(max_steps)}"
+        if max_steps is not None and not pd.isna(max_steps)
+        else str(int(step))
+    )
 
 
 def _short(text: object, n: int = 100) -> str:

@@ -1,10 +1,10 @@
 """The RLT model family and the Transformer baseline, in plain PyTorch (shared/SPEC.md section 1).
 
-    from rlt.models import RLTConfig, build_model
-    model = build_model(RLTConfig(n_enc=4, n_dec=4, feedback_interval=1))
-    logits = model(tokens)                          # (B, T) -> (B, T, V)
-    logits, state = model.prefill(prompt, model.init_state(B))
-    logits, state = model.step(token, state)
+from rlt.models import RLTConfig, build_model
+model = build_model(RLTConfig(n_enc=4, n_dec=4, feedback_interval=1))
+logits = model(tokens)                          # (B, T) -> (B, T, V)
+logits, state = model.prefill(prompt, model.init_state(B))
+logits, state = model.step(token, state)
 """
 
 from rlt.models.build import build_model, count_parameters

@@ -28,7 +28,9 @@ class SequenceModel(nn.Module):
         """
         n, t = prompt.shape
         if t < 1:
-            raise ValueError(f"generate needs a prompt of at least one token, got shape {tuple(prompt.shape)}")
+            raise ValueError(
+                f"generate needs a prompt of at least one token, got shape {tuple(prompt.shape)}"
+            )
         logits, state = self.prefill(prompt, self.init_state(n))  # (N, T, V)
         next_token = logits[:, -1].argmax(dim=-1)  # (N,)
         finished = torch.zeros(n, dtype=torch.bool, device=prompt.device)

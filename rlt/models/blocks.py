@@ -200,7 +200,9 @@ class DecoderBlock(nn.Module):
         x = x + self.cross(self.cross_norm(x), mem_k, mem_v, mem_mask)
         x = x + self.ffn(self.ffn_norm(x))
         keep = window.k.shape[2]
-        return x, WindowKV(keys[:, :, keys.shape[2] - keep :], values[:, :, values.shape[2] - keep :])
+        return x, WindowKV(
+            keys[:, :, keys.shape[2] - keep :], values[:, :, values.shape[2] - keep :]
+        )
 
 
 def init_weights(model: nn.Module, std: float, n_blocks: int) -> None:
@@ -210,7 +212,9 @@ def init_weights(model: nn.Module, std: float, n_blocks: int) -> None:
     residual_std = std / math.sqrt(2 * max(1, n_blocks))
     for module in model.modules():
         if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, std=residual_std if getattr(module, "is_residual", False) else std)
+            nn.init.normal_(
+                module.weight, std=residual_std if getattr(module, "is_residual", False) else std
+            )
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):

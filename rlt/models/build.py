@@ -20,7 +20,9 @@ def build_model(config: RLTConfig | TransformerConfig) -> SequenceModel:
         return RecurrentLoopedTransformer(config)
     if isinstance(config, TransformerConfig):
         return DecoderOnlyTransformer(config)
-    raise TypeError(f"config must be an RLTConfig or TransformerConfig, got {type(config).__name__}")
+    raise TypeError(
+        f"config must be an RLTConfig or TransformerConfig, got {type(config).__name__}"
+    )
 
 
 def count_parameters(config: RLTConfig | TransformerConfig) -> int:
@@ -35,14 +37,22 @@ def parameter_rows(**overrides: int) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     for layers, splits in ((8, SPLITS_8), (16, SPLITS_16)):
         rows.append(
-            dict(model=f"Transformer {layers}", split="-",
-                 params=count_parameters(TransformerConfig(n_layers=layers, **common)),
-                 rlt0=None, difference=None)
+            dict(
+                model=f"Transformer {layers}",
+                split="-",
+                params=count_parameters(TransformerConfig(n_layers=layers, **common)),
+                rlt0=None,
+                difference=None,
+            )
         )
         for split in splits:
             rlt1 = count_parameters(RLTConfig.from_split(split, feedback_interval=1, **common))
             rlt0 = count_parameters(RLTConfig.from_split(split, feedback_interval=None, **common))
-            rows.append(dict(model="RLT-1/RLT-2", split=split, params=rlt1, rlt0=rlt0, difference=rlt1 - rlt0))
+            rows.append(
+                dict(
+                    model="RLT-1/RLT-2", split=split, params=rlt1, rlt0=rlt0, difference=rlt1 - rlt0
+                )
+            )
     return rows
 
 
@@ -53,5 +63,7 @@ def format_parameter_table(rows: list[dict[str, object]]) -> str:
     for r in rows:
         rlt0 = "" if r["rlt0"] is None else f"{r['rlt0']:>14,}{r['rlt0'] / 1e6:>8.2f}"
         diff = "" if r["difference"] is None else f"{r['difference']:>15,}"
-        lines.append(f"{r['model']:<16}{r['split']:>6}{r['params']:>14,}{r['params'] / 1e6:>8.2f}{rlt0}{diff}")
+        lines.append(
+            f"{r['model']:<16}{r['split']:>6}{r['params']:>14,}{r['params'] / 1e6:>8.2f}{rlt0}{diff}"
+        )
     return "\n".join(lines)

@@ -97,7 +97,11 @@ class TransformerConfig(_CommonConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if isinstance(self.n_layers, bool) or not isinstance(self.n_layers, int) or self.n_layers < 1:
+        if (
+            isinstance(self.n_layers, bool)
+            or not isinstance(self.n_layers, int)
+            or self.n_layers < 1
+        ):
             raise ValueError(f"n_layers must be an int >= 1, got {self.n_layers!r}")
 
     @property
@@ -123,6 +127,9 @@ class RLTConfig(_CommonConfig):
     # below the reported 0.01M resolution, so the counts cannot decide; off is the literal one).
     enc_final_norm: bool = False
     tbptt: int = 128  # gradients through s and the SWA caches are cut every tbptt tokens
+    # Train RLT-1/RLT-2 with the fused recurrence (hand-written backward, batched weight
+    # gradients; rlt/models/recurrence.py). False = the plain autograd path, its reference.
+    fused: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -134,7 +141,9 @@ class RLTConfig(_CommonConfig):
             raise ValueError("n_enc + n_dec must be >= 1 (split '0+0' has no blocks)")
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
             raise ValueError(f"window must be an int >= 1, got {self.window!r}")
-        if not (isinstance(self.alpha, int | float) and math.isfinite(self.alpha) and self.alpha >= 0):
+        if not (
+            isinstance(self.alpha, int | float) and math.isfinite(self.alpha) and self.alpha >= 0
+        ):
             raise ValueError(f"alpha must be a finite number >= 0, got {self.alpha!r}")
         self.feedback_interval = _feedback_interval(self.feedback_interval)
         if isinstance(self.tbptt, bool) or not isinstance(self.tbptt, int) or self.tbptt < 1:

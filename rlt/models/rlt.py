@@ -32,6 +32,7 @@ from rlt.models.blocks import (
 )
 from rlt.models.config import RLTConfig, _feedback_interval
 from rlt.models.merge import GatedMerge
+from rlt.models.recurrence import RecurrenceSpec, fused_decode
 from rlt.models.state import KVCache, RLTState, WindowKV
 
 Memory = tuple[Tensor, Tensor] | None  # memory keys, values: (N, H, T, Dh) each
@@ -48,14 +49,20 @@ class RecurrentLoopedTransformer(SequenceModel):
         self.encoder = nn.ModuleList(EncoderBlock(config) for _ in range(config.n_enc))
         # No decoder block reads the memory at L_D = 0, so split 8+0 has no projection.
         has_memory = config.n_dec > 0
-        self.memory_norm = nn.RMSNorm(d, eps=config.norm_eps) if has_memory and config.enc_final_norm else None
+        self.memory_norm = (
+            nn.RMSNorm(d, eps=config.norm_eps) if has_memory and config.enc_final_norm else None
+        )
         self.memory = nn.Linear(d, 2 * d, bias=False) if has_memory else None  # [W_k ; W_v], G=1
         has_feedback = config.feedback_interval is not None
         self.merge = GatedMerge(d, config.alpha, config.norm_eps) if has_feedback else None
         self.decoder = nn.ModuleList(DecoderBlock(config) for _ in range(config.n_dec))
         self.norm = nn.RMSNorm(d, eps=config.norm_eps)
         self.head = nn.Linear(d, config.vocab_size, bias=False)  # untied from the embedding
-        self.rope = RotaryEmbedding(config.head_dim, config.rope_base) if config.pos_encoding == "rope" else None
+        self.rope = (
+            RotaryEmbedding(config.head_dim, config.rope_base)
+            if config.pos_encoding == "rope"
+            else None
+        )
         init_weights(self, config.init_std, config.n_enc + config.n_dec)
         if self.merge is not None:
             self.merge.reset_parameters(config.init_std)
@@ -80,8 +87,62 @@ class RecurrentLoopedTransformer(SequenceModel):
     def forward(self, tokens: Tensor) -> Tensor:
         """tokens (N, T) long -> logits (N, T, V); position t predicts the label at t."""
         e = self.encode(tokens)  # (N, T, d)
-        s, _, _ = self.decode(e, self.memory_kv(e), tbptt=self.config.tbptt)  # (N, T, d)
+        memory = self.memory_kv(e)
+        if self._use_fused():
+            s = self.fused_decode(e, memory)
+        else:
+            s, _, _ = self.decode(e, memory, tbptt=self.config.tbptt)  # (N, T, d)
         return self.readout(s)
+
+    def _use_fused(self) -> bool:
+        """The fused recurrence pays off when there is a backward to run (training)."""
+        c = self.config
+        return (
+            c.fused
+            and self.merge is not None
+            and not c.checkpoint_activations
+            and torch.is_grad_enabled()
+            and any(p.requires_grad for p in self.parameters())
+        )
+
+    def fused_decode(self, e: Tensor, memory: Memory) -> Tensor:
+        """``decode(e, memory, tbptt=config.tbptt)[0]`` from the initial state, computed by the
+        fused recurrence with its hand-written backward (rlt/models/recurrence.py)."""
+        c = self.config
+        spec = RecurrenceSpec(
+            n_heads=c.n_heads,
+            window=c.window,
+            interval=c.feedback_interval,
+            alpha=c.alpha,
+            eps=c.norm_eps,
+            tbptt=c.tbptt,
+        )
+        weights = [
+            w
+            for block in self.decoder
+            for w in (
+                block.attn_norm.weight,
+                block.attn.qkv.weight,
+                block.attn.out.weight,
+                block.cross_norm.weight,
+                block.cross.q.weight,
+                block.cross.out.weight,
+                block.ffn_norm.weight,
+                block.ffn.w13.weight,
+                block.ffn.w2.weight,
+            )
+        ]
+        n, t, _ = e.shape
+        return fused_decode(
+            spec,
+            self._rope(0, t, e.device),
+            e,
+            self.merge.gate_input(e),
+            memory,
+            self.merge.initial_state(n),
+            (self.merge.state_norm.weight, self.merge.state_proj.weight),
+            weights,
+        )
 
     def encode(self, tokens: Tensor) -> Tensor:
         """The causal encoder over a whole sequence: tokens (N, T) -> e (N, T, d)."""

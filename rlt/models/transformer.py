@@ -23,7 +23,11 @@ class DecoderOnlyTransformer(SequenceModel):
         self.blocks = nn.ModuleList(EncoderBlock(config) for _ in range(config.n_layers))
         self.norm = nn.RMSNorm(d, eps=config.norm_eps)
         self.head = nn.Linear(d, config.vocab_size, bias=False)
-        self.rope = RotaryEmbedding(config.head_dim, config.rope_base) if config.pos_encoding == "rope" else None
+        self.rope = (
+            RotaryEmbedding(config.head_dim, config.rope_base)
+            if config.pos_encoding == "rope"
+            else None
+        )
         init_weights(self, config.init_std, config.n_layers)
 
     @property

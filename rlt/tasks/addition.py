@@ -23,10 +23,12 @@ Lengths: training draws each operand's digit count independently and uniformly f
 length n has two operands of exactly n digits. A k-digit operand is uniform over the k-digit
 numbers (leading digit 1-9; a 1-digit operand is 0-9).
 
-Leakage: the 100 one-digit pairs and 9,000 pairs of up to two digits are all in the training
-stream, so the 256-example in-distribution validation set overlaps it there, as any
-in-distribution set must. Pairs with a 4+-digit operand are drawn from > 10^7 pairs and
-practically never repeat (tested); test lengths above 8 cannot overlap the training stream.
+Leakage: each of the 64 operand-length shapes gets ~16,000 of the 1,024,000 training draws,
+so the small shapes (100 one-digit pairs, 900 pairs of 1 and 2 digits, ...) are fully covered
+and the 256-example in-distribution validation set overlaps the stream there, as any
+in-distribution set must: with data seed 1234, 30 examples (12%), all with at most 4 digits
+in total (measured). With >= 8 digits in total a repeat is practically impossible (tested on a
+stream prefix); test lengths above 8 cannot occur in training at all.
 """
 
 from __future__ import annotations

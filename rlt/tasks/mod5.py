@@ -30,11 +30,13 @@ A bracketed prefix is generally not an expression, so ``prefix`` labels each pos
 sub-expression ends (a digit or a ``)``) with the value of the largest sub-expression ending
 there (``-d`` rather than ``d``); the last position is the whole expression.
 
-Leakage: short expressions are few (flat length 3: 75 strings; brackets length 3: 5) and are
-all in the 1-2.6M-example training stream, so the in-distribution validation set overlaps it
-there, as any in-distribution set must. From ~length 25 the number of strings (5^13 * 3^12
-flat) makes a repeat practically impossible (tested); test lengths above the training range
-cannot overlap.
+Leakage: short expressions are few (flat length 3: 75 strings; brackets length 3: 5), and
+the 2,560,000-example training stream (5,000 steps) contains them all, so the in-distribution
+validation set overlaps it there, as any in-distribution set must: with data seed 1234, about
+16% of the flat set (lengths <= 11) and 29% of the bracket set (lengths <= 17, nearly all
+<= 12) occur in the stream (measured). From ~length 25 (5^13 * 3^12 flat strings) a repeat is
+practically impossible (tested on a stream prefix); test lengths above the training range
+cannot occur in training at all.
 """
 
 from __future__ import annotations

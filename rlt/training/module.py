@@ -80,7 +80,7 @@ class SequenceModule(L.LightningModule):
         """Testing switch (callbacks.inject_failure): fail on purpose at a given step."""
         if not self.failure or self.global_step < int(self.failure["step"]):
             return loss
-        if self.failure["kind"] == "nan":
+        if str(self.failure["kind"]).lower() == "nan":  # YAML reads a bare nan as a float
             return loss * float("nan")
         raise RuntimeError(f"injected failure at step {self.global_step} (callbacks.inject_failure)")
 

@@ -382,6 +382,7 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         "timed_steps": recorder.timed_steps,
         "fit_seconds_this_process": fit_seconds,
         "threads": torch.get_num_threads(),
+        "pid": os.getpid(),
     }
     io.atomic_write_json(run_dir / io.RESULTS, results)
     best_acc = max(r["acc"] for r in recorder.val_curve)

@@ -21,6 +21,16 @@ def make_transformer(n_layers: int = 3, seed: int = 0, **fields):
     return build_model(TransformerConfig(n_layers=n_layers, **{**TINY, **fields}))
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors gain nothing from threads, and on a busy machine 2 threads per op can be
+    100x slower than 1 (spin-waiting workers): run the model tests single-threaded."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def tokens() -> torch.Tensor:
     """(3, 21): longer than the window (4) several times over, not a multiple of B=4."""

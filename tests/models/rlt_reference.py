@@ -64,7 +64,9 @@ def causal_stack(blocks, x: Tensor, heads: int, base: float, use_rope: bool) -> 
 
 def reference_transformer(model: DecoderOnlyTransformer, tokens: Tensor) -> Tensor:
     c = model.config
-    x = causal_stack(model.blocks, model.embed.weight[tokens], c.n_heads, c.rope_base, c.pos_encoding == "rope")
+    x = causal_stack(
+        model.blocks, model.embed.weight[tokens], c.n_heads, c.rope_base, c.pos_encoding == "rope"
+    )
     return rms_norm(x, model.norm) @ model.head.weight.T
 
 
@@ -77,7 +79,9 @@ def reference_rlt(model: RecurrentLoopedTransformer, tokens: Tensor) -> Tensor:
     e = causal_stack(model.encoder, model.embed.weight[tokens], heads, c.rope_base, use_rope)
     if model.memory is not None:
         mem_in = rms_norm(e, model.memory_norm) if model.memory_norm is not None else e
-        mem_k, mem_v = (mem_in @ model.memory.weight.T).view(n, t, 2, heads, dh).unbind(2)  # (N, T, H, Dh)
+        mem_k, mem_v = (
+            (mem_in @ model.memory.weight.T).view(n, t, 2, heads, dh).unbind(2)
+        )  # (N, T, H, Dh)
     merge = model.merge
     boundary = None if merge is None else merge.s_star.expand(n, d)
     swa_k = [[] for _ in model.decoder]

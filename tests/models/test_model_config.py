@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from conftest import TINY, make_rlt
 
 from rlt.models import RLTConfig, TransformerConfig, parse_split
-
-from conftest import TINY, make_rlt
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -40,9 +41,14 @@ def test_rlt1_range_over_8_layer_splits() -> None:
     assert (millions(min(counts)), millions(max(counts))) == (26.10, 28.73)
 
 
+@pytest.mark.slow
 def test_params_command_prints_the_table() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "rlt.models", "params"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "rlt.models", "params"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     ).stdout
     rows = {tuple(line.split()[:3]): line for line in out.splitlines()}
     assert "25.31" in rows[("Transformer", "8", "-")]

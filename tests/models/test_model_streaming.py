@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import make_rlt, make_transformer
 from rlt_reference import reference_rlt, reference_transformer
 
 VARIANTS = [1, 3, 4, None]  # RLT-1, RLT-2 B=3, RLT-2 B=4, RLT-0
 SPLITS = ["4+4", "8+0", "2+3", "0+2"]
-PROMPT_ENDS = [0, 1, 5, 9, 20, 21]  # 5 and 9 fall inside a chunk for B=3 and B=4
+PROMPT_ENDS = [0, 6, 13, 20, 21]  # 13 falls inside a chunk for B=3 and B=4, 6 for B=4
 
 
 def stream(model, tokens: torch.Tensor, prompt_end: int) -> torch.Tensor:
@@ -85,8 +84,9 @@ def test_chunking_changes_the_output(tokens) -> None:
         rlt1 = model(tokens)
         model.feedback_interval = 4
         rlt2 = model(tokens)
-    assert torch.equal(rlt1[:, :4], rlt2[:, :4])  # chunk 0 merges with s* in both
-    assert (rlt1[:, 4:] - rlt2[:, 4:]).abs().max() > 1e-6
+    # position 0 merges with s* in both (one position vs a chunk of 4: rounding only)
+    assert (rlt1[:, 0] - rlt2[:, 0]).abs().max() <= 1e-6
+    assert (rlt1[:, 1:] - rlt2[:, 1:]).abs().max() > 1e-6
 
 
 @pytest.mark.parametrize("feedback_interval", VARIANTS)

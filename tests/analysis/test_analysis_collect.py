@@ -1,0 +1,161 @@
+"""Collection: which run directories are found, how they are labelled, what counts as missing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rlt.analysis import NoResultsError, collect
+from rlt.analysis.labels import model_key
+from tests.analysis.analysis_synthetic import HOLES, MODELS, SEEDS, TASKS, make_sweep, write_run
+
+
+def test_finds_every_run_directory_and_keys_it(sweep: Path) -> None:
+    c = collect([sweep])
+    n_dirs = len(TASKS) * len(MODELS) * len(SEEDS) - 1  # one hole has no directory
+    assert len(c.runs) == n_dirs
+    assert c.used.shape[0] == n_dirs - 2  # failed and running
+    assert set(c.used["preset"]) == {"tiny"} and set(c.used["sweep"]) == {"synthetic"}
+    assert set(c.rows) == set(TASKS)
+    assert c.labels == ["RLT-1 4+4", "RLT-1 5+3", "RLT-2 B=4 4+4", "RLT-0 4+4", "Transformer 8"]
+    row = c.used[(c.used["label"] == "RLT-2 B=4 4+4")].iloc[0]
+    assert row["feedback_interval"] == 4 and row["n_enc"] == 4 and row["sec_per_step"] == 0.3
+    assert {"run_id", "row", "task", "preset", "label", "seed", "step", "metric", "value"} <= set(
+        c.val.columns
+    )
+    assert set(c.val["metric"]) == {"loss", "acc", "token_acc"}  # not feedback_interval
+    assert set(c.test["policy"]) == {"min_val_loss", "final", "max_val_acc"}
+    assert set(c.test.loc[c.test["task"] == "s5_swaps", "metric"]) == {
+        "acc",
+        "token_acc",
+        "seq_acc",
+    }
+
+
+def test_incomplete_runs_keep_their_identity_from_the_path(sweep: Path) -> None:
+    c = collect([sweep])
+    failed = c.runs[c.runs["state"] == "failed"].iloc[0]
+    assert (failed["task"], failed["label"], failed["seed"]) == ("s5_swaps", "RLT-0 4+4", 43)
+    assert failed["preset"] == "tiny"
+    running = c.runs[c.runs["state"] == "running"].iloc[0]
+    assert running["label"] == "Transformer 8" and running["step"] == 250
+
+
+def test_without_grid_file_the_cross_product_defines_missing_cells(tmp_path: Path) -> None:
+    root = make_sweep(tmp_path / "nogrid", grid=False)
+    c = collect([root])
+    missing = c.incomplete[c.incomplete["state"] == "missing"]
+    assert list(zip(missing["task"], missing["label"], missing["seed"])) == [
+        ("parity", "RLT-1 5+3", 44)
+    ]
+    assert len(c.incomplete) == len(HOLES)
+
+
+def test_duplicates_across_sweeps_are_listed_not_double_counted(
+    sweep: Path, tmp_path: Path
+) -> None:
+    other = tmp_path / "other"
+    write_run(other, "parity", "rlt1", "4+4", 42)
+    c = collect([sweep, other])
+    dup = c.runs[c.runs["state"] == "duplicate"]
+    assert len(dup) == 1 and str(other) in dup.iloc[0]["path"]
+    assert "duplicate" in set(c.incomplete["state"])
+    assert len(c.used[(c.used["label"] == "RLT-1 4+4") & (c.used["task"] == "parity")]) == 3
+
+
+def test_presets_are_kept_apart(tmp_path: Path) -> None:
+    a = tmp_path / "a"
+    write_run(a, "parity", "rlt1", "4+4", 42)
+    b = tmp_path / "b"
+    run = write_run(b, "parity", "rlt1", "4+4", 42)
+    res = json.loads((run / "results.json").read_text())
+    res["run"]["preset"] = "paper"
+    (run / "results.json").write_text(json.dumps(res))
+    c = collect([a, b])
+    assert c.rows == ["parity [paper]", "parity [tiny]"]
+    assert c.used["used"].all() and len(c.used) == 2
+
+
+def test_unreadable_results_are_reported(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    write_run(root, "parity", "rlt1", "4+4", 42)
+    bad = write_run(root, "parity", "rlt1", "4+4", 43)
+    (bad / "results.json").write_text("{ truncated")
+    c = collect([root])
+    inc = c.incomplete.set_index("seed")
+    assert inc.loc[43, "state"] == "unreadable"
+    assert "results.json unreadable" in inc.loc[43, "detail"]
+
+
+def test_missing_results_error_names_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(NoResultsError, match="does not exist: check the path"):
+        collect([tmp_path / "nope"])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(NoResultsError, match="no results.json under .*run the sweep first"):
+        collect([empty])
+    write_run(empty, "parity", "rlt1", "4+4", 42, state="running")
+    with pytest.raises(NoResultsError, match="1 running"):
+        collect([empty])
+
+
+def test_a_single_run_directory_is_a_valid_input(sweep: Path) -> None:
+    c = collect([sweep / "parity" / "rlt1" / "4+4" / "seed42"])
+    assert len(c.used) == 1 and c.used.iloc[0]["label"] == "RLT-1 4+4"
+
+
+@pytest.mark.parametrize(
+    ("fields", "label"),
+    [
+        ({"model": "rlt1", "split": "4+4"}, "RLT-1 4+4"),
+        ({"model": "rlt2_b4", "split": "5+3"}, "RLT-2 B=4 5+3"),
+        ({"model": "rlt2", "split": "4+4", "feedback_interval": 8}, "RLT-2 B=8 4+4"),
+        ({"model": "rlt0", "split": "8+0"}, "RLT-0 8+0"),
+        ({"model": "transformer", "split": "L16"}, "Transformer 16"),
+        ({"model": "transformer", "split": "5+3"}, "Transformer 8"),
+        (
+            {"model": "x", "family": "rlt", "n_enc": 6, "n_dec": 2, "feedback_interval": 1},
+            "RLT-1 6+2",
+        ),
+        (
+            {"model": "rlt2", "split": "4+4", "feedback_schedule": [[0, 8], [100, 4], [200, 1]]},
+            "RLT-2 B=8→4→1 4+4",
+        ),
+    ],
+)
+def test_model_labels(fields: dict, label: str) -> None:
+    assert model_key(**fields).label == label
+
+
+def test_partial_sweep_with_run_dirs_but_only_some_results(tmp_path: Path) -> None:
+    root = make_sweep(tmp_path / "s")
+    shutil.rmtree(root / "s5_swaps")
+    c = collect([root])
+    assert set(c.incomplete.loc[c.incomplete["task"] == "s5_swaps", "state"]) == {"missing"}
+    assert c.rows == ["parity", "s5_swaps"]
+
+
+def test_grid_json_as_train_py_writes_it(tmp_path: Path) -> None:
+    """train.py -m: split null and arch_tag "L8" for the Transformer, extra keys ignored."""
+    root = make_sweep(tmp_path / "s", grid=False)
+    cells = []
+    for task in TASKS:
+        for model, split in MODELS:
+            for seed in (*SEEDS, 45):
+                rlt = model != "transformer"
+                cells.append(
+                    {"cell": f"{task}/{model}/{split}/seed{seed}", "task": task, "model": model,
+                     "label": "x", "split": split if rlt else None, "arch_tag": split,
+                     "seed": seed, "overrides": []}
+                )  # fmt: skip
+    (root / "grid.json").write_text(json.dumps({"n_jobs": len(cells), "cells": cells}))
+    c = collect([root])
+    missing = c.incomplete[c.incomplete["state"] == "missing"]
+    assert set(missing["label"]) == set(c.labels) == {
+        "RLT-1 4+4", "RLT-1 5+3", "RLT-2 B=4 4+4", "RLT-0 4+4", "Transformer 8"
+    }  # fmt: skip
+    assert len(missing) == len(TASKS) * len(MODELS) + 1  # seed 45 everywhere + the hole
+    assert c.expected_n()[("parity", "Transformer 8")] == 4

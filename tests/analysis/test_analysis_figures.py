@@ -1,0 +1,80 @@
+"""Figures: one per task and kind, files on disk, and the drawn points equal the tables' values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from rlt.analysis import collect
+from rlt.analysis.figures import make_figures
+from rlt.analysis.tables import generalization_table, length_table, val_table
+from tests.analysis.analysis_synthetic import TASKS
+
+
+@pytest.fixture(scope="module")
+def figs(sweep: Path, tmp_path_factory: pytest.TempPathFactory):
+    c = collect([sweep])
+    out = tmp_path_factory.mktemp("figs")
+    return c, {f.name: f for f in make_figures(c, out)}
+
+
+def test_every_task_gets_every_figure_as_png_and_pdf(figs) -> None:
+    _, results = figs
+    for task in TASKS:
+        for prefix in ("length", "val_acc", "train_loss"):
+            fig = results[f"{prefix}_{task}"]
+            assert [p.suffix for p in fig.paths] == [".png", ".pdf"]
+            assert all(p.is_file() and p.stat().st_size > 1000 for p in fig.paths)
+    assert "length_all" in results
+    assert "s5_panel_s5_swaps" in results and "s5_panel_parity" not in results
+
+
+def test_length_curves_plot_the_table_values(figs) -> None:
+    c, results = figs
+    t2 = generalization_table(c)
+    lengths = length_table(c)
+    for task, spec in TASKS.items():
+        pts = results[f"length_{task}"].data
+        for label in c.labels:
+            p = pts[(pts["label"] == label) & (pts["length"] == max(spec["lengths"]))].iloc[0]
+            cell = t2.cell(f"{task} ({max(spec['lengths'])})", label)
+            assert p["mean"] == pytest.approx(cell["mean"])
+            assert p["sd"] == pytest.approx(cell["sd"])
+            assert p["n"] == cell["n"]
+        for p in pts.itertuples():
+            assert p.mean == pytest.approx(lengths.cell(f"{task} / {p.length}", p.label)["mean"])
+    overview = results["length_all"].data
+    assert len(overview) == sum(len(results[f"length_{t}"].data) for t in TASKS)
+
+
+def test_validation_curves_plot_the_table1_values(figs) -> None:
+    c, results = figs
+    for step in (300, 500):
+        t1 = val_table(c, step=step)
+        for task in TASKS:
+            pts = results[f"val_acc_{task}"].data
+            for label in c.labels:
+                p = pts[(pts["label"] == label) & (pts["step"] == step)].iloc[0]
+                assert p["mean"] == pytest.approx(t1.cell(task, label)["mean"])
+                assert p["sd"] == pytest.approx(t1.cell(task, label)["sd"])
+
+
+def test_s5_panel_has_all_three_metrics(figs) -> None:
+    c, results = figs
+    pts = results["s5_panel_s5_swaps"].data
+    assert set(pts["metric"]) == {"token_acc", "acc", "seq_acc"}
+    seq = generalization_table(c, metric="seq_acc")
+    p = pts[(pts["metric"] == "seq_acc") & (pts["length"] == 512) & (pts["label"] == "RLT-1 4+4")]
+    assert p.iloc[0]["mean"] == pytest.approx(seq.cell("s5_swaps (512)", "RLT-1 4+4")["mean"])
+
+
+def test_training_loss_is_the_seed_mean(figs) -> None:
+    c, results = figs
+    pts = results["train_loss_parity"].data
+    raw = c.train[(c.train["task"] == "parity") & (c.train["label"] == "RLT-0 4+4")]
+    expect = raw[raw["step"] == 100]["value"].mean()
+    got = pts[(pts["label"] == "RLT-0 4+4") & (pts["step"] == 100)]["mean"].iloc[0]
+    assert got == pytest.approx(expect)
+    assert isinstance(pts, pd.DataFrame)

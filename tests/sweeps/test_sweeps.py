@@ -1,0 +1,161 @@
+"""Grids through the real command line: train.py -m in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlt.sweep import cell_states
+from rlt.training.hydra_support import expand_jobs
+
+from tests.training.helpers import REPO, compose_cfg, group_options
+
+CELLS = [
+    f"{task}/rlt1/{split}/seed{seed}"
+    for task in ("parity", "s5_swaps")
+    for split in ("1+1", "2+0")
+    for seed in (42, 43)
+]
+
+
+def train(*args: str, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = dict(os.environ, WANDB_MODE="disabled", PYTHONUNBUFFERED="1")
+    proc = subprocess.run(
+        [sys.executable, "train.py", *args], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"train.py {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def results_bytes(sweep_dir: Path) -> dict[str, bytes]:
+    return {cell: (sweep_dir / cell / "results.json").read_bytes() for cell in CELLS}
+
+
+@pytest.mark.slow
+def test_grid_runs_every_cell_then_skips_them(tmp_path):
+    proc = train("-m", "sweep=tiny", f"root={tmp_path}")
+    sweep_dir = tmp_path / "tiny"
+    assert all((sweep_dir / c / "results.json").exists() for c in CELLS)
+    assert "total: 8 done" in proc.stdout
+    grid = json.loads((sweep_dir / "grid.json").read_text())
+    assert sorted(c["cell"] for c in grid["cells"]) == sorted(CELLS)
+    before = results_bytes(sweep_dir)
+
+    again = train("-m", "sweep=tiny", f"root={tmp_path}")
+    assert "total: 8 skipped" in again.stdout
+    assert results_bytes(sweep_dir) == before  # byte-identical, nothing retrained
+    assert {r["state"] for r in cell_states(sweep_dir)} == {"done"}
+
+
+@pytest.mark.slow
+def test_failed_cell_is_isolated_and_rerun_alone(tmp_path):
+    bad = "s5_swaps/rlt1/2+0/seed43"
+    proc = train(
+        "-m", "sweep=tiny", f"root={tmp_path}",
+        f"callbacks.inject_failure={{kind: nan, step: 1, cell: '{bad}'}}", check=False,
+    )
+    assert proc.returncode != 0
+    assert "total: 7 done, 1 failed" in proc.stdout
+    assert f"  {bad}: " in proc.stdout.split("failed cells")[1]
+    status = json.loads((tmp_path / "tiny" / bad / "status.json").read_text())
+    assert status["state"] == "failed" and "Traceback" in status["traceback"]
+    assert "non-finite training loss" in status["error"]
+
+    rerun = train("-m", "sweep=tiny", f"root={tmp_path}")
+    assert "total: 1 done, 7 skipped" in rerun.stdout
+    assert json.loads((tmp_path / "tiny" / bad / "status.json").read_text())["state"] == "done"
+
+
+@pytest.mark.slow
+def test_killed_sweep_resumes_to_the_same_results(tmp_path):
+    steps = ["scale.max_steps=8", "scale.val_every=2"]
+    train("-m", "sweep=tiny", f"root={tmp_path / 'straight'}", *steps)
+
+    env = dict(os.environ, WANDB_MODE="disabled")
+    proc = subprocess.Popen(
+        [sys.executable, "train.py", "-m", "sweep=tiny", f"root={tmp_path / 'killed'}", *steps],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    killed_dir = tmp_path / "killed" / "tiny"
+    deadline = time.time() + 300
+    # Kill as soon as the third cell has a checkpoint: two cells done, one interrupted mid-run.
+    while time.time() < deadline:
+        done = [c for c in CELLS if (killed_dir / c / "results.json").exists()]
+        mid = [c for c in CELLS if (killed_dir / c / "checkpoints" / "last.ckpt").exists()
+               and c not in done]
+        if len(done) >= 2 and mid:
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    states = {r["cell"]: r["state"] for r in cell_states(killed_dir)}
+    assert "interrupted" in states.values() or "running" in states.values()
+
+    train("-m", "sweep=tiny", f"root={tmp_path / 'killed'}", *steps)
+    straight_dir = tmp_path / "straight" / "tiny"
+    for cell in CELLS:
+        a = json.loads((straight_dir / cell / "results.json").read_text())
+        b = json.loads((killed_dir / cell / "results.json").read_text())
+        for key in ("val_curve", "train_curve", "test_by_policy", "params"):
+            assert a[key] == b[key], (cell, key)
+
+
+@pytest.mark.slow
+def test_joblib_launcher_runs_two_workers(tmp_path):
+    proc = train("-m", "sweep=tiny", f"root={tmp_path}", "hydra/launcher=parallel",
+                 "hydra.launcher.n_jobs=2", "trainer.threads=auto")
+    assert "total: 8 done" in proc.stdout
+    pids = set()
+    for cell in CELLS:
+        res = json.loads((tmp_path / "tiny" / cell / "results.json").read_text())
+        assert res["timing"]["threads"] == max(1, (os.cpu_count() or 1) // 2)
+        pids.add(res["timing"]["pid"])
+    assert len(pids) >= 2  # jobs really ran in more than one worker process
+
+
+@pytest.mark.slow
+def test_submitit_local_executor(tmp_path):
+    proc = train("-m", "sweep=tiny", f"root={tmp_path}", "hydra/launcher=local_submitit",
+                 "task=parity", "split=1+1", "seed=42")
+    assert "total: 1 done" in proc.stdout
+    assert (tmp_path / "tiny" / "parity/rlt1/1+1/seed42" / "results.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "sweep, distinct, jobs",
+    [("main", 108, 180), ("feedback", 180, 180), ("parity16", 10, 18), ("demo", 6, 6),
+     ("main_small", 108, 180), ("feedback_small", 180, 180), ("parity16_small", 10, 18),
+     ("tiny", 8, 8)],
+)
+def test_presets_have_their_documented_cell_counts(sweep, distinct, jobs):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[f"sweep={sweep}"], return_hydra_config=True)
+        cfg.hydra.overrides.task = [f"sweep={sweep}"]
+        job_list = expand_jobs(cfg)
+        cells = {compose("config", overrides=job).cell for job in job_list}
+    assert len(job_list) == jobs
+    assert len(cells) == distinct
+
+
+def test_every_sweep_file_is_tested():
+    assert set(group_options("sweep")) == {
+        "main", "feedback", "parity16", "demo", "main_small", "feedback_small", "parity16_small", "tiny"
+    }
+
+
+def test_user_grid_command_expands_to_twelve_runs():
+    cfg = compose_cfg(["task=parity", "split=4+4", "seed=42"], hydra=True)
+    cfg.hydra.overrides.task = ["task=parity,s5_swaps", "split=4+4,5+3", "seed=42,43,44"]
+    assert len(expand_jobs(cfg)) == 12

@@ -1,0 +1,72 @@
+"""Issue 8: the chunk-size schedule over training, its resume, and the final evaluation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlt.models import RLTConfig, build_model
+from rlt.tasks.data import TaskDataModule
+from rlt.training.callbacks import FeedbackScheduleCallback
+from rlt.training.evaluate import evaluate_lengths
+from rlt.training.run import prepare, run
+from rlt.training.schedule import FeedbackSchedule
+from tests.training.helpers import compose_cfg
+
+SCHEDULE = "model.feedback_schedule=[[0, 4], [2, 2], [4, 1]]"
+
+
+class _Fake:
+    def __init__(self, step: int, model):
+        self.global_step = step
+        self.model = model
+
+
+def test_callback_sets_the_b_in_force_at_every_step():
+    model = build_model(RLTConfig(d_model=16, n_heads=2, n_enc=1, n_dec=1, feedback_interval=8))
+    cb = FeedbackScheduleCallback(FeedbackSchedule.parse([[0, 8], [0.5, 4], [0.75, 1]], max_steps=8))
+    seen = []
+    for step in range(8):
+        module = _Fake(step, model)
+        cb.on_train_batch_start(_Fake(step, None), module, None, 0)
+        seen.append(model.feedback_interval)
+    assert seen == [8, 8, 8, 8, 4, 4, 1, 1]
+
+
+def tiny(root: Path, *extra: str) -> list[str]:
+    return ["experiment=tiny", f"root={root}", "task=parity", "model=rlt2", "split=1+1",
+            "scale.max_steps=6", "scale.val_every=2", SCHEDULE, *extra]
+
+
+def test_schedule_is_recorded_and_resume_continues_it(tmp_path):
+    straight = json.loads((Path(run(compose_cfg(tiny(tmp_path / "a")))["run_dir"]) / "results.json").read_text())
+    assert straight["feedback_schedule"] == [[0, 4], [2, 2], [4, 1]]
+    # Validation at step s evaluates the weights after steps 0..s-1, with the B that trained them.
+    assert [(r["step"], r["feedback_interval"]) for r in straight["val_curve"]] == [(2, 4), (4, 2), (6, 1)]
+    assert {b["feedback_interval"] for b in straight["test_by_policy"].values()} == {1}
+
+    crash = compose_cfg(tiny(tmp_path / "b", "callbacks.inject_failure={kind: error, step: 3}"))
+    with pytest.raises(RuntimeError, match="injected failure"):
+        run(crash)  # dies mid-schedule (stage B=2), last.ckpt at step 2
+    out = run(compose_cfg(tiny(tmp_path / "b")))
+    assert out["state"] == "resumed"
+    resumed = json.loads((Path(out["run_dir"]) / "results.json").read_text())
+    assert resumed["val_curve"] == straight["val_curve"]
+    assert resumed["test_by_policy"] == straight["test_by_policy"]
+
+
+def test_schedule_ending_at_one_evaluates_exactly_as_rlt1(tmp_path):
+    cfg = compose_cfg(tiny(tmp_path))
+    res = json.loads((Path(run(cfg)["run_dir"]) / "results.json").read_text())
+    spec = prepare(compose_cfg(tiny(tmp_path)))
+    # An independently built RLT-1 (B=1 from its config) with the selected weights.
+    kwargs = dict(spec.model_kwargs, feedback_interval=1)
+    rlt1 = build_model(RLTConfig(**kwargs))
+    ckpt = torch.load(Path(cfg.out_dir) / "checkpoints" / "min_val_loss.pt", weights_only=False)
+    rlt1.load_state_dict(ckpt["state_dict"])
+    dm = TaskDataModule(task=spec.task, micro_batch_size=4, global_batch_size=8, max_steps=6)
+    rows = evaluate_lengths(rlt1, dm.test_dataloaders(spec.test_lengths), acc_mode=spec.task.acc_mode)
+    assert rows == res["test"]  # bitwise-equal floats, not approximately

@@ -1,0 +1,146 @@
+"""End-to-end runs at the tiny scale: every model on every task, resume, determinism,
+failure reporting, W&B offline files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlt.training import io
+from rlt.training.run import ConfigError, prepare, run
+
+from tests.training.helpers import compose_cfg, group_options
+
+TASKS = [t for t in group_options("task") if t != "parity_prefix"]
+MODELS = group_options("model")
+
+
+def tiny(tmp_path: Path, *overrides: str) -> list[str]:
+    return ["experiment=tiny", f"root={tmp_path}", *overrides]
+
+
+def load_results(run_dir: str | Path) -> dict:
+    return json.loads((Path(run_dir) / io.RESULTS).read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", TASKS)
+def test_fast_dev_run_every_model_on_every_task(tmp_path, task):
+    for model in MODELS:
+        cfg = compose_cfg(tiny(tmp_path, f"task={task}", f"model={model}", "split=1+1", "debug=fast_dev_run"))
+        cfg.root = str(tmp_path)  # debug presets write under runs/debug; keep tests in tmp
+        out = run(cfg)
+        assert out["state"] == "done"
+        res = load_results(out["run_dir"])
+        assert res["run"]["task"] == task and res["run"]["model"] == cfg.model.name
+        metrics = {r["metric"] for r in res["test"]}
+        assert {"loss", "acc", "token_acc", "seq_acc"} <= metrics
+        if task == "addition":
+            assert "exact" in metrics
+        assert all(0.0 <= r["value"] <= 1.0 for r in res["test"] if r["metric"] != "loss")
+
+
+def test_results_layout_and_skip_when_done(tmp_path, capsys):
+    cfg = compose_cfg(tiny(tmp_path, "task=parity", "model=rlt2", "split=1+1"))
+    out = run(cfg)
+    run_dir = Path(out["run_dir"])
+    assert run_dir == tmp_path / "tiny" / "parity" / "rlt2_b4" / "1+1" / "seed42"
+    res = load_results(run_dir)
+    assert [r["step"] for r in res["val_curve"]] == [2, 4]
+    assert res["selection"]["step"] in (2, 4)
+    assert set(res["test_by_policy"]) == {"min_val_loss", "final", "max_val_acc"}
+    assert res["test_by_policy"]["final"]["step"] == 4
+    assert res["test"] == res["test_by_policy"]["min_val_loss"]["rows"]
+    assert res["params"] > 0 and res["timing"]["sec_per_step"] > 0
+    assert json.loads((run_dir / io.STATUS).read_text())["state"] == "done"
+    for name in ("min_val_loss.pt", "final.pt", "max_val_acc.pt", "last.ckpt"):
+        assert (run_dir / "checkpoints" / name).exists()
+    before = (run_dir / io.RESULTS).read_bytes()
+    again = run(compose_cfg(tiny(tmp_path, "task=parity", "model=rlt2", "split=1+1")))
+    assert again["state"] == "skipped"
+    assert "already done" in capsys.readouterr().out
+    assert (run_dir / io.RESULTS).read_bytes() == before
+
+
+def test_selected_checkpoint_is_the_earliest_lowest_validation_loss(tmp_path):
+    cfg = compose_cfg(tiny(tmp_path, "task=parity", "scale.max_steps=6", "scale.val_every=1"))
+    res = load_results(run(cfg)["run_dir"])
+    losses = [r["loss"] for r in res["val_curve"]]
+    best = min(losses)
+    assert res["selection"]["step"] == res["val_curve"][losses.index(best)]["step"]
+    ckpt = torch.load(Path(res["run"]["run_dir"]) / "checkpoints" / "min_val_loss.pt", weights_only=False)
+    assert ckpt["step"] == res["selection"]["step"]
+
+
+def test_resume_after_a_crash_equals_an_uninterrupted_run(tmp_path):
+    common = ["task=s5_swaps", "model=rlt1", "split=1+1", "scale.max_steps=6", "scale.val_every=2"]
+    straight = load_results(run(compose_cfg(tiny(tmp_path / "a", *common)))["run_dir"])
+
+    crash = compose_cfg(tiny(tmp_path / "b", *common, "callbacks.inject_failure={kind: error, step: 3}"))
+    with pytest.raises(RuntimeError, match="injected failure at step 3"):
+        run(crash)
+    run_dir = Path(crash.out_dir)
+    status = json.loads((run_dir / io.STATUS).read_text())
+    assert status["state"] == "failed" and "injected failure" in status["traceback"]
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2
+
+    out = run(compose_cfg(tiny(tmp_path / "b", *common)))
+    assert out["state"] == "resumed"
+    resumed = load_results(run_dir)
+    assert [r["step"] for r in resumed["val_curve"]] == [2, 4, 6]  # continued, not restarted
+    assert resumed["val_curve"] == straight["val_curve"]
+    assert resumed["test_by_policy"] == straight["test_by_policy"]
+    assert resumed["train_curve"] == straight["train_curve"]
+
+
+def test_same_seed_same_curves_and_data_independent_of_init_seed(tmp_path):
+    a = load_results(run(compose_cfg(tiny(tmp_path / "a", "task=parity", "seed=7")))["run_dir"])
+    b = load_results(run(compose_cfg(tiny(tmp_path / "b", "task=parity", "seed=7")))["run_dir"])
+    c = load_results(run(compose_cfg(tiny(tmp_path / "c", "task=parity", "seed=8")))["run_dir"])
+    assert a["val_curve"] == b["val_curve"]
+    assert a["val_curve"] != c["val_curve"]  # a different init really differs
+    from rlt.tasks.data import TaskDataModule
+
+    batches = []
+    for seed in (7, 8):
+        spec = prepare(compose_cfg(tiny(tmp_path, "task=parity", f"seed={seed}")))
+        dm = TaskDataModule(task=spec.task, micro_batch_size=4, global_batch_size=8, max_steps=4)
+        batches.append([b["tokens"] for b in dm.train_dataloader(resume_step=0)])
+    assert all(torch.equal(x, y) for x, y in zip(*batches))
+
+
+def test_nan_loss_fails_with_its_step(tmp_path):
+    cfg = compose_cfg(tiny(tmp_path, "task=parity", "callbacks.inject_failure={kind: nan, step: 1}"))
+    out = run(cfg, raise_on_failure=False)
+    assert out["state"] == "failed"
+    status = json.loads((Path(cfg.out_dir) / io.STATUS).read_text())
+    assert status["state"] == "failed"
+    assert "non-finite training loss" in status["error"] and "at step 1" in status["error"]
+    assert not (Path(cfg.out_dir) / io.RESULTS).exists()
+
+
+def test_corrupt_checkpoint_is_a_clear_error_and_keeps_other_results(tmp_path):
+    cfg = compose_cfg(tiny(tmp_path, "task=parity", "callbacks.inject_failure={kind: error, step: 3}"))
+    with pytest.raises(RuntimeError):
+        run(cfg)
+    last = Path(cfg.out_dir) / "checkpoints" / "last.ckpt"
+    last.write_bytes(b"not a checkpoint")
+    with pytest.raises(ConfigError, match="Delete that file"):
+        run(compose_cfg(tiny(tmp_path, "task=parity")))
+    assert last.exists()  # nothing destroyed
+
+
+def test_wandb_offline_run_leaves_config_and_metrics(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    cfg = compose_cfg(tiny(tmp_path, "task=parity", "logger=wandb"))
+    run(cfg)
+    runs = list((Path(cfg.out_dir) / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    files = {p.name for p in runs[0].rglob("*")}
+    assert "config.yaml" in files
+    assert any(name.endswith(".wandb") for name in files)
+    assert (Path(cfg.out_dir) / "csv" / "metrics.csv").exists()
