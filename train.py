@@ -1,9 +1,9 @@
 """Train one configuration, or a grid with -m. See README.md; the logic lives in rlt.training.
 
-    python train.py                                   # the default quickstart experiment
-    python train.py task=parity model=rlt1 split=5+3 seed=42
-    python train.py -m task=parity,s5_swaps split=4+4,5+3 seed=42,43,44
-    python train.py -m sweep=main                     # the report's depth-8 grid
+python train.py                                   # the default quickstart experiment
+python train.py task=parity model=rlt1 split=5+3 seed=42
+python train.py -m task=parity,s5_swaps split=4+4,5+3 seed=42,43,44
+python train.py -m sweep=main                     # the report's depth-8 grid
 """
 
 import hydra

@@ -21,7 +21,9 @@ GRID = "grid.json"
 
 def find_runs(root: Path) -> list[Path]:
     """Run directories under ``root``: those holding a status.json or results.json."""
-    found = {p.parent for p in root.rglob("status.json")} | {p.parent for p in root.rglob("results.json")}
+    found = {p.parent for p in root.rglob("status.json")} | {
+        p.parent for p in root.rglob("results.json")
+    }
     return sorted(d for d in found if ".hydra" not in d.parts)
 
 
@@ -29,7 +31,9 @@ def cell_states(sweep_dir: str | Path) -> list[dict[str, Any]]:
     """One record per cell: cell, state, step, max_steps, best_val_acc, error."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
-        raise FileNotFoundError(f"{sweep_dir} is not a directory: pass the sweep's directory, e.g. runs/main")
+        raise FileNotFoundError(
+            f"{sweep_dir} is not a directory: pass the sweep's directory, e.g. runs/main"
+        )
     grid_file = sweep_dir / GRID
     expected: list[str] = []
     if grid_file.exists():
@@ -77,7 +81,9 @@ def format_status(records: list[dict[str, Any]]) -> str:
     counts: dict[str, int] = {}
     for r in records:
         counts[r["state"]] = counts.get(r["state"], 0) + 1
-    lines.append(f"{len(records)} cells: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    lines.append(
+        f"{len(records)} cells: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    )
     return "\n".join(lines)
 
 

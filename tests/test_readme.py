@@ -34,7 +34,11 @@ def test_default_experiment_runs_and_extrapolates(tmp_path):
     env = dict(os.environ, WANDB_MODE="disabled", PYTHONUNBUFFERED="1")
     proc = subprocess.run(
         [sys.executable, "train.py", f"root={tmp_path}", "trainer.progress_bar=false"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=1200,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "beyond the training lengths" in proc.stdout  # the printed length table

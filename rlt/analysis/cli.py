@@ -52,6 +52,12 @@ def _common(p: argparse.ArgumentParser) -> None:
         default="acc",
         help="metric name in results.json (acc, token_acc, seq_acc, exact)",
     )
+    p.add_argument(
+        "--schedule-view",
+        action="store_true",
+        help="feedback-schedule view (accuracy at the longest length vs training time) even "
+        "when no run trained with a feedback_schedule (it is added automatically when one did)",
+    )
 
 
 def tables_main(argv: Sequence[str] | None = None) -> int:
@@ -70,7 +76,11 @@ def tables_main(argv: Sequence[str] | None = None) -> int:
         metavar="N|TASK=N",
         help="Table 2 test length (default: longest tested per task); repeatable",
     )
-    p.add_argument("--split", help="split of the feedback-interval table (default 4+4)")
+    p.add_argument(
+        "--split",
+        help="split of the feedback-interval table (default 4+4), and of the schedule view "
+        "when no run trained with a schedule",
+    )
     p.add_argument(
         "--fb-length",
         action="append",
@@ -96,6 +106,7 @@ def tables_main(argv: Sequence[str] | None = None) -> int:
         compare_report=a.compare_report,
         reference=a.reference,
         per_seed=not a.no_per_seed,
+        schedule_view=a.schedule_view,
     )
     try:
         c = collect(a.sweep_dirs)
@@ -126,6 +137,13 @@ def figures_main(argv: Sequence[str] | None = None) -> int:
         choices=["png", "pdf", "svg"],
         help="file format(s) (default: png and pdf); repeatable",
     )
+    p.add_argument(
+        "--length",
+        action="append",
+        metavar="N|TASK=N",
+        help="test length of the schedule view (default: longest tested per task); repeatable",
+    )
+    p.add_argument("--split", help="split of the schedule view when no run trained with a schedule")
     a = p.parse_args(argv)
     try:
         c = collect(a.sweep_dirs)
@@ -136,7 +154,14 @@ def figures_main(argv: Sequence[str] | None = None) -> int:
 
     out = a.out or a.sweep_dirs[0] / "analysis" / "figures"
     results = make_figures(
-        c, out, policy=a.policy, metric=a.metric, formats=a.format or ("png", "pdf")
+        c,
+        out,
+        policy=a.policy,
+        metric=a.metric,
+        formats=a.format or ("png", "pdf"),
+        schedule_view=a.schedule_view,
+        split=a.split,
+        lengths=_lengths(a.length, "--length"),
     )
     for r in results:
         print("  ".join(str(p) for p in r.paths))

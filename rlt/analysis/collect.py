@@ -363,10 +363,11 @@ def _fill_presets(runs: pd.DataFrame, sweep_dirs: list[Path]) -> None:
 
 
 def _assign_labels(runs: pd.DataFrame) -> dict[str, ModelKey]:
-    models: dict[str, ModelKey] = {}
-    labels = []
-    for r in runs.itertuples():
-        key = model_key(
+    """Label every run; a run without results.json takes the label of a completed run in the
+    same sweep, model and arch directory, since its path alone cannot tell, e.g., the chunk
+    sizes of a feedback schedule (`rlt2_sched_8to1`)."""
+    keys = [
+        model_key(
             model=r.model,
             family=_none(r.family),
             split=_none(r.split),
@@ -376,6 +377,17 @@ def _assign_labels(runs: pd.DataFrame) -> dict[str, ModelKey]:
             feedback_interval=_int(r.feedback_interval),
             feedback_schedule=_none(r.feedback_schedule),
         )
+        for r in runs.itertuples()
+    ]
+    done: dict[tuple, ModelKey] = {}
+    for r, key in zip(runs.itertuples(), keys):
+        if r.has_results and r.model_dir is not None:
+            done.setdefault((r.sweep_dir, r.model_dir, r.arch), key)
+    models: dict[str, ModelKey] = {}
+    labels = []
+    for r, key in zip(runs.itertuples(), keys):
+        if not r.has_results:
+            key = done.get((r.sweep_dir, r.model_dir, r.arch), key)
         models.setdefault(key.label, key)
         labels.append(key.label)
     runs["label"] = labels
@@ -430,7 +442,10 @@ def _expected_cells(
                 label = next((observed[model, t] for t in tags if (model, t) in observed), None)
                 if label is None:
                     key = model_key(
-                        model=model, split=split, feedback_interval=c.get("feedback_interval")
+                        model=model,
+                        split=split,
+                        feedback_interval=c.get("feedback_interval"),
+                        label=c.get("label"),
                     )
                     grid_models.append(key)
                     label = key.label

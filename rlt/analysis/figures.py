@@ -23,7 +23,13 @@ from matplotlib import ticker  # noqa: E402
 
 from rlt.analysis.collect import Collection  # noqa: E402
 from rlt.analysis.labels import LENGTH_UNITS, model_style  # noqa: E402
-from rlt.analysis.tables import seed_stats  # noqa: E402
+from rlt.analysis.tables import (  # noqa: E402
+    Lengths,
+    has_schedules,
+    schedule_labels,
+    schedule_points,
+    seed_stats,
+)
 
 S5_METRICS = {"token_acc": "prefix-token", "acc": "final-state", "seq_acc": "whole-sequence"}
 
@@ -69,10 +75,12 @@ def _length_axis(ax: plt.Axes, lengths: Sequence[float], task: str) -> None:
     ax.set_xlabel(f"test length ({unit})" if unit else "test length")
 
 
-def _context(ax: plt.Axes, c: Collection, row: str, *, chance: bool = True) -> None:
+def _context(
+    ax: plt.Axes, c: Collection, row: str, *, chance: bool = True, train_lengths: bool = True
+) -> None:
     """Training lengths shaded gray and chance as a dotted line, the report's visual language."""
     info = c.row_info(row)
-    if info["train_lengths"]:
+    if train_lengths and info["train_lengths"]:
         lo, hi = info["train_lengths"]
         ax.axvspan(lo - 0.5, hi + 0.5, color="0.88", zorder=0, lw=0, label="training lengths")
     if chance and info["chance"] is not None:
@@ -315,6 +323,141 @@ def s5_panels(
     return results
 
 
+def schedule_data(
+    c: Collection,
+    row: str,
+    *,
+    labels: Sequence[str] | None = None,
+    policy: str = "min_val_loss",
+    metric: str = "acc",
+    lengths: Lengths = None,
+) -> pd.DataFrame:
+    """One point per model of the schedule view: row, label, length, x_mean, x_sd, x_n
+    (training minutes per run), y_mean, y_sd, y_n (test `metric` in % at the length), the same
+    numbers as the schedule table. Models lacking either coordinate are left out."""
+    labels = list(labels) if labels is not None else schedule_labels(c)
+    length, stats = schedule_points(
+        c, row, labels=labels, policy=policy, metric=metric, lengths=lengths
+    )
+    cols = ["row", "label", "length", "x_mean", "x_sd", "x_n", "y_mean", "y_sd", "y_n"]
+    if stats.empty:
+        return pd.DataFrame(columns=cols)
+    wide = stats.set_index(["label", "quantity"])
+    records = []
+    for lab in labels:
+        if (lab, "acc") not in wide.index or (lab, "train_min") not in wide.index:
+            continue
+        x, y = wide.loc[(lab, "train_min")], wide.loc[(lab, "acc")]
+        records.append(
+            {
+                "row": row,
+                "label": lab,
+                "length": length,
+                "x_mean": float(x["mean"]),
+                "x_sd": float(x["sd"]),
+                "x_n": int(x["n"]),
+                "y_mean": float(y["mean"]),
+                "y_sd": float(y["sd"]),
+                "y_n": int(y["n"]),
+            }
+        )
+    return pd.DataFrame.from_records(records, columns=cols)
+
+
+def _label_points(ax: plt.Axes, c: Collection, pts: pd.DataFrame) -> None:
+    """Name each point beside it, trying the four corners around it in turn so that labels of
+    nearby points (same accuracy, similar time) do not print over each other."""
+    x0, x1 = ax.get_xlim()
+    w, h = (
+        ax.get_window_extent().width / ax.figure.dpi,
+        ax.get_window_extent().height / ax.figure.dpi,
+    )
+    # Text box sizes in axes fractions: x-small (about 7 pt) characters are ~0.06 in wide.
+    char_w, text_h, pad_x, pad_y = 0.06 / w, 0.13 / h, 0.07 / w, 0.07 / h
+    corners = [(1, 1), (1, -1), (-1, 1), (-1, -1)]
+    placed: list[tuple[float, float, float, float]] = []
+    for p in pts.itertuples():
+        fx, fy = (p.x_mean - x0) / (x1 - x0), (p.y_mean + 3) / 106
+        width = char_w * len(p.label)
+        best = None
+        for sx, sy in corners:
+            left = fx + pad_x if sx > 0 else fx - pad_x - width
+            bottom = fy + pad_y if sy > 0 else fy - pad_y - text_h
+            box = (left, bottom, left + width, bottom + text_h)
+            clash = sum(_overlap(box, q) for q in placed) + (box[2] > 1 or box[0] < 0)
+            if best is None or clash < best[0]:
+                best = (clash, sx, sy, box)
+            if clash == 0:
+                break
+        _, sx, sy, box = best
+        placed.append(box)
+        ax.annotate(
+            p.label,
+            (p.x_mean, p.y_mean),
+            xytext=(5 * sx, 5 * sy),
+            textcoords="offset points",
+            ha="left" if sx > 0 else "right",
+            va="bottom" if sy > 0 else "top",
+            fontsize="x-small",
+            color=model_style(c.models[p.label])["color"],
+            bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.75},
+        )
+
+
+def _overlap(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def schedule_figures(
+    c: Collection,
+    out_dir: str | Path,
+    *,
+    split: str | None = None,
+    policy: str = "min_val_loss",
+    metric: str = "acc",
+    lengths: Lengths = None,
+    formats: Sequence[str] = ("png", "pdf"),
+) -> list[FigureResult]:
+    """The feedback-schedule view (issue 8), one figure per task: accuracy at the longest
+    tested length (y) against mean training time per run in minutes (x), one labelled point
+    per model, error bars = sample SD over seeds on both axes (none for a single seed)."""
+    out = Path(out_dir)
+    labels = schedule_labels(c, split)
+    results = []
+    for row in c.rows:
+        pts = schedule_data(c, row, labels=labels, policy=policy, metric=metric, lengths=lengths)
+        if pts.empty:
+            continue
+        fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
+        _context(ax, c, row, train_lengths=False)
+        for p in pts.itertuples():
+            ax.errorbar(
+                p.x_mean,
+                p.y_mean,
+                xerr=0 if pd.isna(p.x_sd) else p.x_sd,
+                yerr=0 if pd.isna(p.y_sd) else p.y_sd,
+                label=p.label,
+                capsize=3,
+                ms=6,
+                lw=1.2,
+                ls="none",
+                **model_style(c.models[p.label]),
+            )
+        right = float((pts["x_mean"] + pts["x_sd"].fillna(0)).max())
+        ax.set_xlim(0, right * 1.25 if right > 0 else 1.0)  # room for the point labels
+        _label_points(ax, c, pts)
+        ax.set_ylim(-3, 103)
+        ax.set_xlabel("training time per run (minutes, mean over seeds)")
+        length = pts["length"].iloc[0]
+        ax.set_ylabel(f"test {metric} (%) at length {length}")
+        ax.set_title(f"{row} ({policy})" if policy != "min_val_loss" else row)
+        ax.grid(True, alpha=0.3)
+        _legend(fig, [ax])
+        name = f"schedule_{_slug(row)}"
+        results.append(FigureResult(name, _save(fig, out, name, formats), pts))
+    return results
+
+
 def make_figures(
     c: Collection,
     out_dir: str | Path,
@@ -322,11 +465,27 @@ def make_figures(
     policy: str = "min_val_loss",
     metric: str = "acc",
     formats: Sequence[str] = ("png", "pdf"),
+    schedule_view: bool = False,
+    split: str | None = None,
+    lengths: Lengths = None,
 ) -> list[FigureResult]:
-    """Every figure: length curves, validation curves, training loss, S5 panels."""
-    return [
+    """Every figure: length curves, validation curves, training loss, S5 panels, and the
+    schedule view when a run trained with a feedback schedule (or with schedule_view; `split`
+    and `lengths` steer only that view, `split` only without schedule runs)."""
+    results = [
         *length_curves(c, out_dir, policy=policy, metric=metric, formats=formats),
         *val_curves(c, out_dir, metric=metric, formats=formats),
         *train_loss_curves(c, out_dir, formats=formats),
         *s5_panels(c, out_dir, policy=policy, formats=formats),
     ]
+    if schedule_view or has_schedules(c):
+        results += schedule_figures(
+            c,
+            out_dir,
+            split=None if has_schedules(c) else split,
+            policy=policy,
+            metric=metric,
+            lengths=lengths,
+            formats=formats,
+        )
+    return results

@@ -26,6 +26,7 @@ _VARIANT_RANK = {"RLT-1": 0, "RLT-2": 1, "RLT-0": 2, "Transformer": 3}
 _MODEL_NAME = re.compile(r"^rlt[-_]?([012])(?:[-_]?b(\d+))?", re.IGNORECASE)
 _SPLIT = re.compile(r"^(\d+)\+(\d+)$")
 _LAYERS_TAG = re.compile(r"^L(\d+)$")
+_LABEL_B = re.compile(r"\bB=(\d+(?:→\d+)*)")
 
 
 @dataclass(frozen=True)
@@ -75,11 +76,14 @@ def model_key(
     n_layers: int | None = None,
     feedback_interval: int | None = None,
     feedback_schedule: list | None = None,
+    label: str | None = None,
 ) -> ModelKey:
     """Classify a run from its results.json fields, falling back on its directory names.
 
     Runs that died before writing results.json only have their path (task/model/arch/seedN),
     so the same function must work from a model name ("rlt2_b4") and an arch tag ("L8", "4+4").
+    `label` (the config's model label, which grid.json cells carry, e.g. "RLT-2 B=8→4→1")
+    supplies the chunk size or schedule of an RLT-2 the name does not encode.
     """
     model = model or ""
     layers_tag = _LAYERS_TAG.match(str(split)) if split is not None else None
@@ -108,6 +112,12 @@ def model_key(
         )
     else:
         variant = model or "unknown"
+    if variant == "RLT-2" and feedback_interval is None and not schedule and label:
+        b = _LABEL_B.search(label)
+        if b:
+            sizes = tuple(int(x) for x in b.group(1).split("→"))
+            schedule = sizes if len(sizes) > 1 else None
+            feedback_interval = sizes[0]
     if schedule and variant != "RLT-0":
         variant = "RLT-2"
     if variant == "RLT-0":
@@ -123,6 +133,9 @@ def task_sort_key(task: str) -> tuple:
 
 _CMAPS = {"RLT-1": "Blues", "RLT-2": "Oranges", "RLT-0": "Greens", "Transformer": "Greys"}
 _MARKERS = "os^Dv<>p*hX"
+# Feedback schedules (issue 8), by their first chunk size B (bit length mod 4): B=8 purple,
+# B=16 red, B=2 brown, B=4 magenta; hues the fixed-B families (blue, orange, green, grey) lack.
+_SCHEDULE_COLORS = ("#6a3d9a", "#c0392b", "#8c564b", "#d01c8b")
 
 
 def model_style(key: ModelKey) -> dict:
@@ -130,13 +143,14 @@ def model_style(key: ModelKey) -> dict:
 
     Deterministic rather than assigned in order of appearance, so a model keeps its colour
     across figures, sweeps and invocations: the family picks the hue, the share of decoder
-    blocks the shade (4+4 darkest), the split the marker.
+    blocks the shade (4+4 darkest), the split the marker; a feedback schedule's first chunk
+    size picks its hue and its number of stages the shade.
     """
     from matplotlib import colormaps
 
-    cmap = colormaps[_CMAPS.get(key.variant, "Purples")]
     if key.schedule:
-        cmap = colormaps["Purples"]
+        return _schedule_style(key)
+    cmap = colormaps[_CMAPS.get(key.variant, "Purples")]
     if key.variant == "Transformer":
         shade = 0.95 if (key.n_layers or 8) <= 8 else 0.65
         marker = "x"
@@ -147,3 +161,15 @@ def model_style(key: ModelKey) -> dict:
             shade = min(1.0, max(0.3, shade - 0.1 * (key.feedback_interval.bit_length() - 3)))
         marker = _MARKERS[(key.n_dec or 0) % len(_MARKERS)]
     return {"color": cmap(shade), "marker": marker}
+
+
+def _schedule_style(key: ModelKey) -> dict:
+    """A schedule's colour: its first chunk size picks the hue, fewer stages a lighter tint
+    (so B=8→1 and B=8→4→1 differ); the split picks the marker as for every RLT."""
+    from matplotlib.colors import to_rgba
+
+    assert key.schedule
+    r, g, b, _ = to_rgba(_SCHEDULE_COLORS[key.schedule[0].bit_length() % len(_SCHEDULE_COLORS)])
+    tint = min(0.6, 0.25 * max(0, 3 - len(key.schedule)))
+    color = (r + (1 - r) * tint, g + (1 - g) * tint, b + (1 - b) * tint, 1.0)
+    return {"color": color, "marker": _MARKERS[(key.n_dec or 0) % len(_MARKERS)]}

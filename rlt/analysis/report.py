@@ -14,12 +14,15 @@ from rlt.analysis.tables import (
     Lengths,
     Table,
     cost_table,
+    feedback_split,
     feedback_table,
     generalization_table,
+    has_schedules,
     incomplete_table,
     length_table,
     params_table,
     policy_table,
+    schedule_table,
     val_table,
 )
 
@@ -37,25 +40,13 @@ class ReportOptions:
     compare_report: bool = False
     reference: str | Path | None = None
     per_seed: bool = True
-
-
-def feedback_split(c: Collection, split: str | None) -> str | None:
-    """The split the feedback table uses: the given one, 4+4, or the one with most variants."""
-    if split:
-        return split
-    variants: dict[str, set] = {}
-    for k in c.models.values():
-        if k.split and k.variant.startswith("RLT"):
-            variants.setdefault(k.split, set()).add(k.variant)
-    if "4+4" in variants or not variants:
-        return "4+4" if variants else None
-    return max(variants, key=lambda s: (len(variants[s]), s == "4+4"))
+    schedule_view: bool = False  # schedule table even without feedback-schedule runs
 
 
 def build_tables(c: Collection, opts: ReportOptions | None = None) -> dict[str, Table]:
     """Every table, keyed by role: table1, table2, feedback (when RLT-0 or RLT-2 runs exist,
-    or a split is given), lengths, policies, params, cost, compare (with compare_report),
-    incomplete."""
+    or a split is given), lengths, policies, params, cost, schedule (when a run trained with a
+    feedback schedule, or with schedule_view), compare (with compare_report), incomplete."""
     o = opts or ReportOptions()
     tables = {
         "table1": val_table(c, step=o.step, metric=o.metric),
@@ -72,6 +63,15 @@ def build_tables(c: Collection, opts: ReportOptions | None = None) -> dict[str, 
     tables["policies"] = policy_table(c, lengths=o.lengths, metric=o.metric)
     tables["params"] = params_table(c)
     tables["cost"] = cost_table(c)
+    if o.schedule_view or has_schedules(c):
+        # Schedules pick their own split; --split only steers a view without schedules.
+        tables["schedule"] = schedule_table(
+            c,
+            split=None if has_schedules(c) else o.split,
+            policy=o.policy,
+            metric=o.metric,
+            lengths=o.lengths,
+        )
     if o.compare_report:
         tables["compare"] = compare_table(c, load_reference(o.reference), metric=o.metric)
     tables["incomplete"] = incomplete_table(c)
@@ -116,7 +116,7 @@ def render_report(c: Collection, tables: dict[str, Table], *, per_seed: bool = T
         parts.append(inc.markdown(level=2))
     if per_seed:
         parts.append("## Per-seed detail\n")
-        for key in ("table1", "table2", "feedback"):
+        for key in ("table1", "table2", "feedback", "schedule"):
             t = tables.get(key)
             if t is not None and t.per_seed is not None and not t.per_seed.empty:
                 parts.append(f"### {t.title.split(':')[0]} ({t.name})\n")

@@ -16,45 +16,51 @@ from torch import Tensor, nn
 from rlt.models.config import _CommonConfig
 from rlt.models.state import KVCache, WindowKV
 
-Rope = tuple[Tensor, Tensor] | None  # (cos, sin), each (T, Dh), for a run of positions
+Rope = Tensor | None  # complex rotations (T, Dh/2) for a run of positions
 
 
 class RotaryEmbedding(nn.Module):
-    """RoPE angle tables for absolute positions, grown on demand.
+    """RoPE rotations for absolute positions, grown on demand.
 
-    Training and streaming read the same table rows, so both see bit-identical rotations.
+    Dimensions (2i, 2i+1) form a pair rotated by angle pos * base^(-2i/Dh), applied as one
+    complex multiplication. Training and streaming read the same table rows, so both see
+    bit-identical rotations.
     """
 
     def __init__(self, head_dim: int, base: float) -> None:
         super().__init__()
         self.head_dim = head_dim
         self.base = base
-        self._cos: Tensor | None = None
-        self._sin: Tensor | None = None
+        self._tables: dict[tuple[torch.dtype, torch.device], Tensor] = {}
 
-    def forward(self, start: int, length: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, start: int, length: int, device: torch.device, dtype: torch.dtype = torch.complex64
+    ) -> Tensor:
         end = start + length
-        if self._cos is None or self._cos.shape[0] < end or self._cos.device != device:
+        table = self._tables.get((dtype, device))
+        if table is None or table.shape[0] < end:
             size = max(64, 1 << (end - 1).bit_length())
             # Normal tensors even when first called under inference_mode: training reuses them.
             with torch.inference_mode(False), torch.no_grad():
                 exponent = torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim
-                inv_freq = self.base**-exponent  # (Dh/2,)
-                angles = torch.outer(torch.arange(size, dtype=torch.float64), inv_freq)
-                angles = torch.cat([angles, angles], dim=-1)  # (size, Dh)
-                self._cos = angles.cos().float().to(device)
-                self._sin = angles.sin().float().to(device)
-        return self._cos[start:end], self._sin[start:end]
+                angles = torch.outer(torch.arange(size, dtype=torch.float64), self.base**-exponent)
+                table = torch.polar(torch.ones_like(angles), angles).to(device=device, dtype=dtype)
+            self._tables[(dtype, device)] = table  # (size, Dh/2)
+        return table[start:end]
+
+
+def complex_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The complex dtype RoPE computes in for activations of ``dtype`` (at least complex64)."""
+    return torch.complex128 if dtype == torch.float64 else torch.complex64
 
 
 def apply_rope(x: Tensor, rope: Rope) -> Tensor:
-    """Rotate (N, H, T, Dh) queries or keys by their positions' angles (rotate-half form)."""
+    """Rotate (N, H, T, Dh) queries or keys by their positions' rotations (T, Dh/2)."""
     if rope is None:
         return x
-    cos, sin = rope  # (T, Dh)
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)  # (N, H, T, Dh)
-    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+    pairs = x.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
+    pairs = torch.view_as_complex(pairs.reshape(*x.shape[:-1], -1, 2))  # (N, H, T, Dh/2)
+    return torch.view_as_real(pairs * rope).flatten(-2).to(x.dtype)
 
 
 def causal_mask(queries: int, keys: int, device: torch.device) -> Tensor | None:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from rlt.models.blocks import causal_mask, window_mask
+from rlt.models.blocks import causal_mask, complex_dtype, window_mask
 
 LAYER_WEIGHTS = 9  # attn_norm, qkv, attn_out, cross_norm, cross_q, cross_out, ffn_norm, w13, w2
 
@@ -54,23 +54,23 @@ class RecurrenceSpec:
         return out
 
 
-def rope_tables(
-    cos: Tensor | None, sin: Tensor | None, length: int, head_dim: int, like: Tensor
-) -> tuple[Tensor, Tensor]:
-    """(cos, signed sin) for q and k stacked, each (2, T, Dh); q's carry the 1/sqrt(Dh) scale.
+def rope_tables(freqs: Tensor | None, length: int, head_dim: int, like: Tensor) -> Tensor:
+    """Rotations of q (times 1/sqrt(Dh)) and k stacked: (T, 1, 2, 1, Dh/2) complex.
 
-    Rotate-half RoPE as ``y = x * cos + roll(x, Dh/2) * sin'`` with sin' = [-sin_1, sin_2];
-    its transpose is ``dx = dy * cos + roll(dy * sin', Dh/2)``: three ops either way.
+    The backward applies the conjugates: a rotation's transpose is its inverse.
     """
-    scale = head_dim**-0.5
-    if cos is None:  # pos_encoding="none": the identity rotation
-        cos = like.new_ones(length, head_dim)
-        sin = like.new_zeros(length, head_dim)
-    half = head_dim // 2
-    signed = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)  # (T, Dh)
-    cos = cos.to(like.dtype)
-    signed = signed.to(like.dtype)
-    return torch.stack([cos * scale, cos]), torch.stack([signed * scale, signed])  # (2, T, Dh)
+    if freqs is None:  # pos_encoding="none": the identity rotation
+        freqs = torch.ones(length, head_dim // 2, dtype=complex_dtype(like.dtype), device=like.device)
+    return torch.stack([freqs * head_dim**-0.5, freqs], dim=1)[:, None, :, None, :]
+
+
+def _rotate(x: Tensor, rotation: Tensor) -> None:
+    """Multiply (..., Dh) real pairs (2i, 2i+1) in place by complex rotations (..., Dh/2)."""
+    if x.dtype in (torch.float32, torch.float64):
+        torch.view_as_complex(x.view(*x.shape[:-1], -1, 2)).mul_(rotation)
+    else:  # no complex bfloat16: rotate in float32
+        pairs = torch.view_as_complex(x.float().view(*x.shape[:-1], -1, 2))
+        x.copy_(torch.view_as_real(pairs * rotation).flatten(-2))
 
 
 def _rms_stats(x: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor]:
@@ -87,6 +87,36 @@ def _rms_backward(dxhat: Tensor, xhat: Tensor, inv: Tensor, xi: Tensor, residual
     return torch.addcmul(base, xi, dot, value=-1.0, out=out)
 
 
+def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Scaled queries q (c, N, H, Dh) over keys/values (L, N, H, Dh), time-major.
+
+    Returns the probabilities (c, L, N, H) and the output (c, N, H, Dh). Elementwise
+    products and sums: a handful of queries against a short window are far cheaper this way
+    than as N*H tiny matrix products.
+    """
+    scores = (q[:, None] * k[None]).sum(-1)  # (c, L, N, H)
+    if mask is not None:
+        scores.masked_fill_(~mask[:, :, None, None], float("-inf"))
+    p = torch.softmax(scores, dim=1)
+    return p, (p[..., None] * v[None]).sum(1)
+
+
+def _attend_backward(p: Tensor, da: Tensor, k: Tensor, v: Tensor, dq: Tensor) -> Tensor:
+    """Score gradients (c, L, N, H) from dL/d(output) da (c, N, H, Dh); writes dL/dq into dq."""
+    dp = (da[:, None] * v[None]).sum(-1)  # (c, L, N, H)
+    ds = p * (dp - (dp * p).sum(1, keepdim=True))
+    torch.sum(ds[..., None] * k[None], dim=1, out=dq)  # (c, N, H, Dh)
+    return ds
+
+
+def _outer_accumulate(acc: Tensor, weights: Tensor, x: Tensor) -> None:
+    """acc (L, N, H, Dh) += sum_c weights (c, L, N, H) * x (c, N, H, Dh)."""
+    if weights.shape[0] == 1:
+        acc.addcmul_(weights[0, ..., None], x[0])
+    else:
+        acc += (weights[..., None] * x[:, None]).sum(0)
+
+
 class _Saved:
     """Buffers the forward fills and the backward reads (a plain namespace)."""
 
@@ -95,9 +125,7 @@ def _forward(spec: RecurrenceSpec, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, 
     t_len, n, d = e.shape
     h, n_layers, wm1, b_int = spec.n_heads, len(layers), spec.window - 1, spec.interval
     dh = d // h
-    half = dh // 2
     f = layers[0][8].shape[1] if layers else 0
-    fcos, fsin = (t.permute(1, 0, 2)[:, None, :, None, :] for t in tables)  # (T, 1, 2, 1, Dh)
     chunks = spec.chunks(t_len)
     w_q_scaled = [layer[4] * dh**-0.5 for layer in layers]  # cross queries carry 1/sqrt(Dh)
 
@@ -111,11 +139,12 @@ def _forward(spec: RecurrenceSpec, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, 
     sv.A2 = e.new_empty(n_layers, t_len, n, d)  # cross-attention output before its projection
     sv.QC = e.new_empty(n_layers, t_len, n, d)  # scaled cross queries
     sv.Z13 = e.new_empty(n_layers, t_len, n, 2 * f)  # SwiGLU pre-activations [W1 h | W3 h]
-    sv.Q = e.new_empty(n_layers, n, h, t_len, dh)  # scaled, rotated SWA queries
-    sv.K = e.new_zeros(n_layers, n, h, t_len + wm1, dh)  # SWA keys; W-1 zero slots before 0
-    sv.V = e.new_zeros(n_layers, n, h, t_len + wm1, dh)
-    sv.P1 = [[] for _ in layers]  # SWA probabilities per chunk, (N, H, c, W-1+c)
-    sv.P2 = e.new_zeros(n_layers, n, h, t_len, t_len)  # memory attention probabilities
+    sv.QKV = e.new_empty(n_layers, t_len, n, 3, h, dh)  # q (scaled) and k rotated, v
+    # keys/values of position t at row W-1+t; the zero rows stand for positions < 0
+    sv.K = e.new_zeros(n_layers, t_len + wm1, n, h, dh)
+    sv.V = e.new_zeros(n_layers, t_len + wm1, n, h, dh)
+    sv.P1 = [[] for _ in layers]  # SWA probabilities per chunk, (c, W-1+c, N, H)
+    sv.P2 = e.new_zeros(n_layers, t_len, t_len, n, h)  # memory attention probabilities
 
     s = s0
     for ci, (a, b, _) in enumerate(chunks):
@@ -125,44 +154,33 @@ def _forward(spec: RecurrenceSpec, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, 
         z = F.rms_norm(s, (d,), w_sn, spec.eps) @ w_sp.T  # (N, 2d): [gate half, W_s r]
         gate = torch.sigmoid(ge[a:b] + z[:, :d])  # (c, N, d)
         torch.addcmul(e[a:b], gate, z[:, d:] * spec.alpha, out=sv.X[0, a:b])
-        swa_mask = window_mask(a, c, spec.window, e.device)
-        mem_mask = causal_mask(c, b, e.device)
-        for li, (w_an, w_qkv, w_o, w_cn, w_q, w_co, w_fn, w_13, w_2) in enumerate(layers):
-            x = sv.X[li, a:b]  # (c, N, d)
+        swa_mask = window_mask(a, c, spec.window, e.device)  # (c, W-1+c) or None
+        mem_mask = causal_mask(c, b, e.device)  # (c, b) or None
+        for li, (w_an, w_qkv, w_o, w_cn, _, w_co, w_fn, w_13, w_2) in enumerate(layers):
+            x = sv.X[li, a:b].view(c * n, d)
             # -- sliding-window self-attention over the layer's own keys
-            hid = F.rms_norm(x, (d,), w_an, spec.eps).view(c * n, d)
-            qkv = (hid @ w_qkv.T).view(c, n, 3, h, dh)
-            qk = qkv[:, :, :2]  # (c, N, 2, H, Dh)
-            rot = torch.addcmul(qk * fcos[a:b], qk.roll(half, -1), fsin[a:b])  # (c, N, 2, H, Dh)
-            sv.Q[li, :, :, a:b] = rot[:, :, 0].permute(1, 2, 0, 3)  # (N, H, c, Dh)
-            sv.K[li, :, :, wm1 + a : wm1 + b] = rot[:, :, 1].permute(1, 2, 0, 3)
-            sv.V[li, :, :, wm1 + a : wm1 + b] = qkv[:, :, 2].permute(1, 2, 0, 3)
-            scores = sv.Q[li, :, :, a:b] @ sv.K[li, :, :, a : b + wm1].transpose(-1, -2)  # (N, H, c, W-1+c)
-            if swa_mask is not None:
-                scores.masked_fill_(~swa_mask, float("-inf"))
-            p = torch.softmax(scores, dim=-1)
+            qkv = sv.QKV[li, a:b]  # (c, N, 3, H, Dh)
+            torch.mm(F.rms_norm(x, (d,), w_an, spec.eps), w_qkv.T, out=qkv.view(c * n, 3 * d))
+            _rotate(qkv[:, :, :2], tables[a:b])
+            sv.K[li, wm1 + a : wm1 + b] = qkv[:, :, 1]
+            sv.V[li, wm1 + a : wm1 + b] = qkv[:, :, 2]
+            window = slice(a, b + wm1)  # positions a-W+1 .. b-1
+            p, att = _attend(qkv[:, :, 0], sv.K[li, window], sv.V[li, window], swa_mask)
             sv.P1[li].append(p)
-            att = p @ sv.V[li, :, :, a : b + wm1]  # (N, H, c, Dh)
-            sv.A1[li, a:b].view(c, n, h, dh).copy_(att.permute(2, 0, 1, 3))
+            sv.A1[li, a:b].view(c, n, h, dh).copy_(att)
             x1 = sv.X1[li, a:b].view(c * n, d)
-            torch.addmm(x.view(c * n, d), sv.A1[li, a:b].view(c * n, d), w_o.T, out=x1)
+            torch.addmm(x, sv.A1[li, a:b].view(c * n, d), w_o.T, out=x1)
             # -- memory cross-attention over the prefix 0..b-1
-            hid = F.rms_norm(x1, (d,), w_cn, spec.eps)
-            torch.mm(hid, w_q_scaled[li].T, out=sv.QC[li, a:b].view(c * n, d))
-            qc = sv.QC[li, a:b].view(c, n, h, dh).permute(1, 2, 0, 3)  # (N, H, c, Dh)
-            scores = qc @ mem_k[:, :, :b].transpose(-1, -2)  # (N, H, c, b)
-            if mem_mask is not None:
-                scores.masked_fill_(~mem_mask, float("-inf"))
-            p = torch.softmax(scores, dim=-1)
-            sv.P2[li, :, :, a:b, :b] = p
-            att = p @ mem_v[:, :, :b]  # (N, H, c, Dh)
-            sv.A2[li, a:b].view(c, n, h, dh).copy_(att.permute(2, 0, 1, 3))
+            qc = sv.QC[li, a:b]  # (c, N, d)
+            torch.mm(F.rms_norm(x1, (d,), w_cn, spec.eps), w_q_scaled[li].T, out=qc.view(c * n, d))
+            p, att = _attend(qc.view(c, n, h, dh), mem_k[:b], mem_v[:b], mem_mask)
+            sv.P2[li, a:b, :b] = p
+            sv.A2[li, a:b].view(c, n, h, dh).copy_(att)
             x2 = sv.X2[li, a:b].view(c * n, d)
             torch.addmm(x1, sv.A2[li, a:b].view(c * n, d), w_co.T, out=x2)
             # -- SwiGLU
-            hid = F.rms_norm(x2, (d,), w_fn, spec.eps)
             z13 = sv.Z13[li, a:b].view(c * n, 2 * f)
-            torch.mm(hid, w_13.T, out=z13)
+            torch.mm(F.rms_norm(x2, (d,), w_fn, spec.eps), w_13.T, out=z13)
             m = F.silu(z13[:, :f]) * z13[:, f:]  # (c*N, f)
             torch.addmm(x2, m, w_2.T, out=sv.X[li + 1, a:b].view(c * n, d))
         if b % b_int == 0:
@@ -175,11 +193,10 @@ def _backward(spec: RecurrenceSpec, sv: _Saved, grad_out: Tensor, tensors) -> li
     n_layers, t_len, n, d = sv.X.shape[0] - 1, *sv.X.shape[1:]
     h, wm1, alpha = spec.n_heads, spec.window - 1, spec.alpha
     dh = d // h
-    half = dh // 2
     f = layers[0][8].shape[1] if layers else 0
     scale = dh**-0.5
     chunks = sv.chunks
-    bcos, bsin = (t[:, None, None, :, :] for t in sv.tables)  # (2, 1, 1, T, Dh)
+    inverse_rotations = sv.tables.conj()  # (T, 1, 2, 1, Dh/2)
 
     # -- batched preparation: everything that does not depend on the incoming gradient
     xs = [_rms_stats(sv.X[li], spec.eps) for li in range(n_layers)]
@@ -193,8 +210,7 @@ def _backward(spec: RecurrenceSpec, sv: _Saved, grad_out: Tensor, tensors) -> li
     for li in range(n_layers):
         pre_a, pre_b = sv.Z13[li, ..., :f], sv.Z13[li, ..., f:]
         sig = torch.sigmoid(pre_a)
-        silu = pre_a * sig
-        swiglu.append(torch.stack([pre_b * sig * (1 + pre_a * (1 - sig)), silu], dim=2))
+        swiglu.append(torch.stack([pre_b * sig * (1 + pre_a * (1 - sig)), pre_a * sig], dim=2))
     shat, sinv, sxi = _rms_stats(sv.S, spec.eps)  # (C, N, d)
     r = shat * w_sn
     z = r @ w_sp.T  # (C, N, 2d)
@@ -204,16 +220,16 @@ def _backward(spec: RecurrenceSpec, sv: _Saved, grad_out: Tensor, tensors) -> li
     k_ws = alpha * gate  # d u / d (W_s r)
     w_sp_folded = w_sp * w_sn
 
-    # -- gradient buffers
+    # -- gradient buffers, laid out like the forward's
     gx = e.new_empty(n_layers + 1, t_len, n, d)  # dL/dX[l]
     gx[n_layers].copy_(grad_out.transpose(0, 1))
     gx1 = e.new_empty(n_layers, t_len, n, d)
     gx2 = e.new_empty(n_layers, t_len, n, d)
-    gqkv = e.new_empty(n_layers, t_len, n, 3, h, dh)
+    gqkv = torch.empty_like(sv.QKV)  # dL/d(q, k, v) before rotation
+    gk = torch.zeros_like(sv.K)  # accumulate over the windows of later positions
+    gv = torch.zeros_like(sv.V)
     gqc = e.new_empty(n_layers, t_len, n, d)
     g13 = e.new_empty(n_layers, t_len, n, 2 * f)
-    gk = torch.zeros_like(sv.K)  # (L, N, H, T+W-1, Dh) accumulated over later positions
-    gv = torch.zeros_like(sv.V)
     ds2 = torch.zeros_like(sv.P2)  # memory-attention score gradients
     gge = e.new_empty(t_len, n, d)
     gz = e.new_empty(len(chunks), n, 2 * d)
@@ -223,44 +239,33 @@ def _backward(spec: RecurrenceSpec, sv: _Saved, grad_out: Tensor, tensors) -> li
         a, b, cut = chunks[ci]
         c = b - a
         for li in range(n_layers - 1, -1, -1):
-            _, w_qkv, w_o, _, _, w_co, _, _, w_2 = layers[li]
+            _, _, w_o, _, _, w_co, _, _, w_2 = layers[li]
             f_qkv, f_q, f_13 = folded[li]
             # -- SwiGLU
-            g_out = gx[li + 1, a:b].view(c * n, d)
-            dm = g_out @ w_2  # (c*N, f)
-            g13_chunk = g13[li, a:b].view(c, n, 2, f)
-            torch.mul(dm.view(c, n, 1, f), swiglu[li][a:b], out=g13_chunk)
-            xhat, inv, xi = (t[a:b] for t in x2s[li])
+            dm = gx[li + 1, a:b].view(c * n, d) @ w_2  # (c*N, f)
+            torch.mul(dm.view(c, n, 1, f), swiglu[li][a:b], out=g13[li, a:b].view(c, n, 2, f))
             dxh = (g13[li, a:b].view(c * n, 2 * f) @ f_13).view(c, n, d)
-            _rms_backward(dxh, xhat, inv, xi, gx[li + 1, a:b], out=gx2[li, a:b])
+            _rms_backward(dxh, *(t[a:b] for t in x2s[li]), gx[li + 1, a:b], out=gx2[li, a:b])
             # -- memory cross-attention
-            da = (gx2[li, a:b].view(c * n, d) @ w_co).view(c, n, h, dh).permute(1, 2, 0, 3)  # (N, H, c, Dh)
-            p = sv.P2[li, :, :, a:b, :b]  # (N, H, c, b)
-            dp = da @ mem_v[:, :, :b].transpose(-1, -2)
-            dsc = ds2[li, :, :, a:b, :b]
-            torch.mul(p, dp - torch.linalg.vecdot(dp, p).unsqueeze(-1), out=dsc)
-            dq = dsc @ mem_k[:, :, :b]  # (N, H, c, Dh)
-            gqc[li, a:b].view(c, n, h, dh).copy_(dq.permute(2, 0, 1, 3))
-            xhat, inv, xi = (t[a:b] for t in x1s[li])
+            da = (gx2[li, a:b].view(c * n, d) @ w_co).view(c, n, h, dh)
+            dq = gqc[li, a:b].view(c, n, h, dh)
+            ds2[li, a:b, :b] = _attend_backward(sv.P2[li, a:b, :b], da, mem_k[:b], mem_v[:b], dq=dq)
             dxh = (gqc[li, a:b].view(c * n, d) @ f_q).view(c, n, d)
-            _rms_backward(dxh, xhat, inv, xi, gx2[li, a:b], out=gx1[li, a:b])
+            _rms_backward(dxh, *(t[a:b] for t in x1s[li]), gx2[li, a:b], out=gx1[li, a:b])
             # -- sliding-window self-attention
-            da = (gx1[li, a:b].view(c * n, d) @ w_o).view(c, n, h, dh).permute(1, 2, 0, 3)  # (N, H, c, Dh)
-            p = sv.P1[li][ci]  # (N, H, c, W-1+c)
-            dp = da @ sv.V[li, :, :, a : b + wm1].transpose(-1, -2)
-            dsc = p * (dp - torch.linalg.vecdot(dp, p).unsqueeze(-1))
-            dq = dsc @ sv.K[li, :, :, a : b + wm1]  # (N, H, c, Dh), w.r.t. the scaled rotated q
-            lo = max(a, cut + wm1) - a  # keys before the latest TBPTT cut are detached
-            gk[li, :, :, a + lo : b + wm1] += dsc[..., lo:].transpose(-1, -2) @ sv.Q[li, :, :, a:b]
-            gv[li, :, :, a + lo : b + wm1] += p[..., lo:].transpose(-1, -2) @ da
-            dqk = torch.stack([dq, gk[li, :, :, wm1 + a : wm1 + b]])  # (2, N, H, c, Dh)
-            tmp = dqk * bsin[:, :, :, a:b]
-            g_qk = gqkv[li, a:b, :, :2].permute(2, 1, 3, 0, 4)  # (2, N, H, c, Dh) view
-            torch.addcmul(tmp.roll(half, -1), dqk, bcos[:, :, :, a:b], out=g_qk)
-            gqkv[li, a:b, :, 2].copy_(gv[li, :, :, wm1 + a : wm1 + b].permute(2, 0, 1, 3))
-            xhat, inv, xi = (t[a:b] for t in xs[li])
-            dxh = (gqkv[li, a:b].view(c * n, 3 * d) @ f_qkv).view(c, n, d)
-            _rms_backward(dxh, xhat, inv, xi, gx1[li, a:b], out=gx[li, a:b])
+            da = (gx1[li, a:b].view(c * n, d) @ w_o).view(c, n, h, dh)
+            window = slice(a, b + wm1)
+            g_own = gqkv[li, a:b]  # (c, N, 3, H, Dh)
+            p = sv.P1[li][ci]  # (c, W-1+c, N, H)
+            dsc = _attend_backward(p, da, sv.K[li, window], sv.V[li, window], dq=g_own[:, :, 0])
+            lo = max(a, cut + wm1)  # keys before the latest TBPTT cut are detached
+            _outer_accumulate(gk[li, lo : b + wm1], dsc[:, lo - a :], sv.QKV[li, a:b, :, 0])
+            _outer_accumulate(gv[li, lo : b + wm1], p[:, lo - a :], da)
+            g_own[:, :, 1] = gk[li, wm1 + a : wm1 + b]  # complete: later windows are done
+            g_own[:, :, 2] = gv[li, wm1 + a : wm1 + b]
+            _rotate(g_own[:, :, :2], inverse_rotations[a:b])
+            dxh = (g_own.view(c * n, 3 * d) @ f_qkv).view(c, n, d)
+            _rms_backward(dxh, *(t[a:b] for t in xs[li]), gx1[li, a:b], out=gx[li, a:b])
         # -- gated merge: dL/du = gx[0, a:b] (which is also dL/de)
         du = gx[0, a:b]  # (c, N, d)
         torch.mul(du, k_gate[a:b], out=gge[a:b])
@@ -282,8 +287,7 @@ def _backward(spec: RecurrenceSpec, sv: _Saved, grad_out: Tensor, tensors) -> li
     g_mem_v = None if mem_v is None else torch.zeros_like(mem_v)
     for li, (w_an, w_qkv, _, w_cn, w_q, w_co, w_fn, w_13, _) in enumerate(layers):
         xhat0, xhat1, xhat2 = xs[li][0], x1s[li][0], x2s[li][0]
-        pre_a, pre_b = sv.Z13[li, ..., :f], sv.Z13[li, ..., f:]
-        m = F.silu(pre_a) * pre_b  # (T, N, f)
+        m = F.silu(sv.Z13[li, ..., :f]) * sv.Z13[li, ..., f:]  # (T, N, f)
         g_qkv = gqkv[li].view(flat)
         g_q = gqc[li].view(flat)
         g_1 = g13[li].view(flat)
@@ -298,19 +302,18 @@ def _backward(spec: RecurrenceSpec, sv: _Saved, grad_out: Tensor, tensors) -> li
             g_1.T @ (xhat2 * w_fn).view(flat),
             gx[li + 1].view(flat).T @ m.view(flat),
         ]
-        da2 = (gx2[li].view(flat) @ w_co).view(t_len, n, h, dh).permute(1, 2, 0, 3)  # (N, H, T, Dh)
-        g_mem_v += sv.P2[li].transpose(-1, -2) @ da2
-        qc = sv.QC[li].view(t_len, n, h, dh).permute(1, 2, 0, 3)
-        g_mem_k += ds2[li].transpose(-1, -2) @ qc
+        da2 = (gx2[li].view(flat) @ w_co).view(t_len, n, h, dh)
+        g_mem_v += torch.einsum("tknh,tnhd->knhd", sv.P2[li], da2)
+        g_mem_k += torch.einsum("tknh,tnhd->knhd", ds2[li], sv.QC[li].view(t_len, n, h, dh))
     return [gx[0], gge, g_mem_k, g_mem_v, ds0, g_w_sn, g_w_sp, *layer_grads]
 
 
 class _FusedRecurrence(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, spec, cos, sin, e, ge, mem_k, mem_v, s0, w_sn, w_sp, *layer_weights):
+    def forward(ctx, spec, freqs, e, ge, mem_k, mem_v, s0, w_sn, w_sp, *layer_weights):
         t_len, _, d = e.shape
         layers = [layer_weights[i : i + LAYER_WEIGHTS] for i in range(0, len(layer_weights), LAYER_WEIGHTS)]
-        tables = rope_tables(cos, sin, t_len, d // spec.n_heads, e)
+        tables = rope_tables(freqs, t_len, d // spec.n_heads, e)
         sv = _forward(spec, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers)
         ctx.spec, ctx.sv = spec, sv
         ctx.save_for_backward(e, ge, mem_k, mem_v, s0, w_sn, w_sp, *layer_weights)
@@ -324,12 +327,12 @@ class _FusedRecurrence(torch.autograd.Function):
         layers = [flat[i : i + LAYER_WEIGHTS] for i in range(0, len(flat), LAYER_WEIGHTS)]
         grads = _backward(ctx.spec, ctx.sv, grad_out, (e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers))
         ctx.sv = None
-        return (None, None, None, *grads)
+        return (None, None, *grads)
 
 
 def fused_decode(
     spec: RecurrenceSpec,
-    rope: tuple[Tensor, Tensor] | None,
+    rope: Tensor | None,
     e: Tensor,
     ge: Tensor,
     memory: tuple[Tensor, Tensor] | None,
@@ -358,15 +361,13 @@ def fused_decode(
                 tuple(cast(w) for w in merge_weights),
                 [cast(w) for w in layer_weights],
             )
-    cos, sin = (None, None) if rope is None else rope
-    mem_k, mem_v = (None, None) if memory is None else memory
+    mem_k, mem_v = (None, None) if memory is None else (m.permute(2, 0, 1, 3).contiguous() for m in memory)
     out = _FusedRecurrence.apply(
         spec,
-        cos,
-        sin,
+        rope,
         e.transpose(0, 1).contiguous(),  # (T, N, d)
         ge.transpose(0, 1).contiguous(),
-        mem_k,
+        mem_k,  # (T, N, H, Dh)
         mem_v,
         s0.contiguous(),
         *merge_weights,

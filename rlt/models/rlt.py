@@ -27,6 +27,7 @@ from rlt.models.blocks import (
     Rope,
     RotaryEmbedding,
     causal_mask,
+    complex_dtype,
     init_weights,
     window_mask,
 )
@@ -135,7 +136,7 @@ class RecurrentLoopedTransformer(SequenceModel):
         n, t, _ = e.shape
         return fused_decode(
             spec,
-            self._rope(0, t, e.device),
+            self._rope(0, t, e),
             e,
             self.merge.gate_input(e),
             memory,
@@ -147,7 +148,7 @@ class RecurrentLoopedTransformer(SequenceModel):
     def encode(self, tokens: Tensor) -> Tensor:
         """The causal encoder over a whole sequence: tokens (N, T) -> e (N, T, d)."""
         x = self.embed(tokens)  # (N, T, d)
-        rope = self._rope(0, tokens.shape[1], tokens.device)
+        rope = self._rope(0, tokens.shape[1], self.embed.weight)
         for block in self.encoder:
             if self.config.checkpoint_activations and torch.is_grad_enabled():
                 x, _ = checkpoint(block, x, rope, use_reentrant=False)
@@ -231,7 +232,7 @@ class RecurrentLoopedTransformer(SequenceModel):
         self, u: Tensor, start: int, window: list[WindowKV], memory: Memory
     ) -> tuple[Tensor, list[WindowKV]]:
         c, end = u.shape[1], start + u.shape[1]
-        rope = self._rope(start, c, u.device)
+        rope = self._rope(start, c, u)
         swa_mask = window_mask(start, c, self.config.window, u.device)  # (c, W-1+c) or None
         mem_k, mem_v = memory[0][:, :, :end], memory[1][:, :, :end]  # the prefix only
         mem_mask = causal_mask(c, end, u.device)  # (c, end) or None
@@ -247,8 +248,10 @@ class RecurrentLoopedTransformer(SequenceModel):
         shape = (batch_size, c.n_heads, c.window - 1, c.head_dim)
         return [WindowKV(like.new_zeros(shape), like.new_zeros(shape)) for _ in self.decoder]
 
-    def _rope(self, start: int, length: int, device: torch.device) -> Rope:
-        return None if self.rope is None else self.rope(start, length, device)
+    def _rope(self, start: int, length: int, like: Tensor) -> Rope:
+        if self.rope is None:
+            return None
+        return self.rope(start, length, like.device, complex_dtype(like.dtype))
 
     # -- streaming path -------------------------------------------------------------------
     def init_state(self, batch_size: int) -> RLTState:
@@ -274,7 +277,7 @@ class RecurrentLoopedTransformer(SequenceModel):
             return self.head.weight.new_zeros(n, 0, self.config.vocab_size), state
         p = state.position
         x = self.embed(tokens)  # (N, t, d)
-        rope = self._rope(p, t, tokens.device)
+        rope = self._rope(p, t, self.embed.weight)
         encoder = []
         for block, cache in zip(self.encoder, state.encoder):
             x, cache = block(x, rope, cache)

@@ -7,7 +7,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from rlt.models.base import SequenceModel
-from rlt.models.blocks import EncoderBlock, Rope, RotaryEmbedding, init_weights
+from rlt.models.blocks import EncoderBlock, Rope, RotaryEmbedding, complex_dtype, init_weights
 from rlt.models.config import TransformerConfig
 from rlt.models.state import KVCache, TransformerState
 
@@ -38,7 +38,7 @@ class DecoderOnlyTransformer(SequenceModel):
     def forward(self, tokens: Tensor) -> Tensor:
         """tokens (N, T) long -> logits (N, T, V)."""
         x = self.embed(tokens)  # (N, T, d)
-        rope = self._rope(0, tokens.shape[1], tokens.device)
+        rope = self._rope(0, tokens.shape[1], self.embed.weight)
         for block in self.blocks:
             if self.config.checkpoint_activations and torch.is_grad_enabled():
                 x, _ = checkpoint(block, x, rope, use_reentrant=False)
@@ -46,8 +46,10 @@ class DecoderOnlyTransformer(SequenceModel):
                 x, _ = block(x, rope)
         return self.head(self.norm(x))  # (N, T, V)
 
-    def _rope(self, start: int, length: int, device: torch.device) -> Rope:
-        return None if self.rope is None else self.rope(start, length, device)
+    def _rope(self, start: int, length: int, like: Tensor) -> Rope:
+        if self.rope is None:
+            return None
+        return self.rope(start, length, like.device, complex_dtype(like.dtype))
 
     def init_state(self, batch_size: int) -> TransformerState:
         c = self.config
@@ -60,7 +62,7 @@ class DecoderOnlyTransformer(SequenceModel):
         if t == 0:
             return self.head.weight.new_zeros(n, 0, self.config.vocab_size), state
         x = self.embed(tokens)  # (N, t, d)
-        rope = self._rope(state.position, t, tokens.device)
+        rope = self._rope(state.position, t, self.embed.weight)
         layers = []
         for block, cache in zip(self.blocks, state.layers):
             x, cache = block(x, rope, cache)

@@ -133,7 +133,7 @@ class TaskDataModule(LightningDataModule):
 
     def __init__(
         self,
-        task: str | Task = "parity",
+        task: str | Task,
         *,
         micro_batch_size: int = 32,
         global_batch_size: int = 512,
@@ -198,10 +198,10 @@ class TaskDataModule(LightningDataModule):
         trainer = self.trainer
         if trainer is None:
             return 0
-        if trainer.max_steps not in (-1, self.max_steps):
+        if trainer.max_steps == -1 or trainer.max_steps > self.max_steps:
             raise ValueError(
-                f"trainer.max_steps={trainer.max_steps} but the data module holds max_steps={self.max_steps} "
-                "steps of data; configure both from the same value"
+                f"trainer.max_steps={trainer.max_steps} but the data module holds {self.max_steps} "
+                "steps of data; set both from the same value (a smaller trainer.max_steps is fine)"
             )
         return int(trainer.global_step)
 

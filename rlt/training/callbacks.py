@@ -50,7 +50,10 @@ def select_step(curve: list[dict[str, float]], policy: str) -> dict[str, float]:
 def save_weights(module: torch.nn.Module, path: Path, step: int, feedback_interval: Any) -> None:
     """Weights-only checkpoint (the model is small next to a full Lightning checkpoint)."""
     tmp = path.with_name(f".{path.name}.tmp")
-    torch.save({"step": step, "feedback_interval": feedback_interval, "state_dict": module.state_dict()}, tmp)
+    torch.save(
+        {"step": step, "feedback_interval": feedback_interval, "state_dict": module.state_dict()},
+        tmp,
+    )
     os.replace(tmp, path)
 
 
@@ -155,8 +158,12 @@ class RunRecorder(L.Callback):
         self.save_last(trainer)
         best_acc = max(r["acc"] for r in self.val_curve)
         io.write_status(
-            self.run_dir, "running", step=step, max_steps=self.max_steps,
-            val_acc=metrics["acc"], best_val_acc=best_acc,
+            self.run_dir,
+            "running",
+            step=step,
+            max_steps=self.max_steps,
+            val_acc=metrics["acc"],
+            best_val_acc=best_acc,
         )
 
     def save_last(self, trainer: L.Trainer) -> None:

@@ -109,4 +109,6 @@ def write_grid(config: DictConfig, sweep_dir: Path) -> None:
                 "overrides": job,
             },
         )
-    atomic_write_json(sweep_dir / "grid.json", {"n_jobs": len(expand_jobs(config)), "cells": list(cells.values())})
+    atomic_write_json(
+        sweep_dir / "grid.json", {"n_jobs": len(expand_jobs(config)), "cells": list(cells.values())}
+    )

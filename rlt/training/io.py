@@ -34,7 +34,9 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+    atomic_write_text(
+        path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n"
+    )
 
 
 def _json_default(obj: Any) -> Any:

@@ -29,7 +29,9 @@ def lr_lambda(step: int, *, warmup: int, max_steps: int, lr: float, min_lr: floa
     return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def decay_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool = True) -> list[dict]:
+def decay_groups(
+    model: nn.Module, weight_decay: float, decay_embeddings: bool = True
+) -> list[dict]:
     """AdamW parameter groups: matrices (and embeddings) decay; norms, biases, s* do not."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():
@@ -49,7 +51,9 @@ def decay_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool =
 class SequenceModule(L.LightningModule):
     """Shared training logic; subclasses only say how to build their model."""
 
-    def __init__(self, model_cfg: dict, optim_cfg: dict, schedule_cfg: dict, failure: dict | None = None):
+    def __init__(
+        self, model_cfg: dict, optim_cfg: dict, schedule_cfg: dict, failure: dict | None = None
+    ):
         super().__init__()
         self.save_hyperparameters()
         self.model = self.build(model_cfg)
@@ -73,7 +77,9 @@ class SequenceModule(L.LightningModule):
                 f"non-finite training loss ({loss.item()}) at step {self.global_step}; "
                 "lower the learning rate or check the data"
             )
-        self.log("train/loss", loss, on_step=True, prog_bar=True, batch_size=batch["tokens"].shape[0])
+        self.log(
+            "train/loss", loss, on_step=True, prog_bar=True, batch_size=batch["tokens"].shape[0]
+        )
         return loss
 
     def _maybe_inject_failure(self, loss: torch.Tensor) -> torch.Tensor:
@@ -82,7 +88,9 @@ class SequenceModule(L.LightningModule):
             return loss
         if str(self.failure["kind"]).lower() == "nan":  # YAML reads a bare nan as a float
             return loss * float("nan")
-        raise RuntimeError(f"injected failure at step {self.global_step} (callbacks.inject_failure)")
+        raise RuntimeError(
+            f"injected failure at step {self.global_step} (callbacks.inject_failure)"
+        )
 
     # -- optimizer -------------------------------------------------------------------------
     def configure_optimizers(self) -> dict[str, Any]:
@@ -92,7 +100,11 @@ class SequenceModule(L.LightningModule):
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt,
             lambda step: lr_lambda(
-                step, warmup=s["warmup_steps"], max_steps=s["max_steps"], lr=s["lr"], min_lr=s["min_lr"]
+                step,
+                warmup=s["warmup_steps"],
+                max_steps=s["max_steps"],
+                lr=s["lr"],
+                min_lr=s["min_lr"],
             ),
         )
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

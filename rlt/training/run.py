@@ -74,15 +74,23 @@ def prepare(cfg: DictConfig) -> RunSpec:
         raise ConfigError("scale.max_steps and scale.val_every must be >= 1")
     family = model.family
     common = dict(
-        d_model=scale.d_model, n_heads=scale.n_heads, d_ff=scale.d_ff,
-        pos_encoding=model.pos_encoding, checkpoint_activations=model.checkpoint_activations,
+        d_model=scale.d_model,
+        n_heads=scale.n_heads,
+        d_ff=scale.d_ff,
+        pos_encoding=model.pos_encoding,
+        checkpoint_activations=model.checkpoint_activations,
     )
     if family == "rlt":
         if model.name.startswith("rlt2") and model.feedback_interval is None:
             raise ConfigError("RLT-2 needs a chunk size: set model.feedback_interval=B (e.g. 4)")
         kwargs = dict(
-            common, n_enc=split.n_enc, n_dec=split.n_dec, window=model.window,
-            alpha=model.alpha, feedback_interval=model.feedback_interval, tbptt=model.tbptt,
+            common,
+            n_enc=split.n_enc,
+            n_dec=split.n_dec,
+            window=model.window,
+            alpha=model.alpha,
+            feedback_interval=model.feedback_interval,
+            tbptt=model.tbptt,
         )
         config_cls = RLTConfig
     elif family == "transformer":
@@ -116,7 +124,10 @@ def prepare(cfg: DictConfig) -> RunSpec:
         if cfg.task.test_lengths:
             options["test_lengths"] = list(cfg.task.test_lengths)
         task = get_task(
-            cfg.task.kind, data_seed=cfg.task.data_seed, n_val=scale.n_val, n_test=scale.n_test,
+            cfg.task.kind,
+            data_seed=cfg.task.data_seed,
+            n_val=scale.n_val,
+            n_test=scale.n_test,
             **options,
         )
     except (ValueError, TypeError, KeyError) as e:
@@ -143,9 +154,15 @@ def prepare(cfg: DictConfig) -> RunSpec:
         "run_dir": str(Path(cfg.out_dir)),
     }
     return RunSpec(
-        cfg=cfg, run_dir=Path(cfg.out_dir), family=family, model_kwargs=kwargs, task=task,
+        cfg=cfg,
+        run_dir=Path(cfg.out_dir),
+        family=family,
+        model_kwargs=kwargs,
+        task=task,
         test_lengths=[int(x) for x in lengths],
-        accumulate=scale.global_batch // scale.micro_batch, schedule=schedule, identity=identity,
+        accumulate=scale.global_batch // scale.micro_batch,
+        schedule=schedule,
+        identity=identity,
     )
 
 
@@ -190,7 +207,10 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
             result = _train_and_evaluate(spec, last if resuming else None)
         except BaseException as e:
             io.write_status(
-                run_dir, "failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()
+                run_dir,
+                "failed",
+                error=f"{type(e).__name__}: {e}",
+                traceback=traceback.format_exc(),
             )
             _say(f"[failed] {cell}: {type(e).__name__}: {e} (traceback in {run_dir / io.STATUS})")
             if raise_on_failure or isinstance(e, KeyboardInterrupt):
@@ -316,15 +336,21 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         max_steps=cfg.scale.max_steps,
         eval_batch_size=cfg.scale.get("eval_batch", 256),
     )
-    failure = OmegaConf.to_container(cfg.callbacks.inject_failure) if cfg.callbacks.inject_failure else None
+    failure = (
+        OmegaConf.to_container(cfg.callbacks.inject_failure)
+        if cfg.callbacks.inject_failure
+        else None
+    )
     if failure and failure.get("cell") not in (None, cfg.cell):
         failure = None  # the injected failure targets another cell of the sweep
     module = MODULES[spec.family](
         model_cfg=spec.model_kwargs,
         optim_cfg=OmegaConf.to_container(cfg.optim),
         schedule_cfg={
-            "lr": cfg.scale.lr, "min_lr": cfg.scale.min_lr,
-            "warmup_steps": cfg.scale.warmup_steps, "max_steps": cfg.scale.max_steps,
+            "lr": cfg.scale.lr,
+            "min_lr": cfg.scale.min_lr,
+            "warmup_steps": cfg.scale.warmup_steps,
+            "max_steps": cfg.scale.max_steps,
         },
         failure=failure,
     )
@@ -387,7 +413,10 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
     io.atomic_write_json(run_dir / io.RESULTS, results)
     best_acc = max(r["acc"] for r in recorder.val_curve)
     io.write_status(
-        run_dir, "done", step=trainer.global_step, max_steps=cfg.scale.max_steps,
+        run_dir,
+        "done",
+        step=trainer.global_step,
+        max_steps=cfg.scale.max_steps,
         best_val_acc=best_acc,
     )
     _log_results(loggers, results)
@@ -443,9 +472,7 @@ def _evaluate_policies(spec, module, dm, recorder: RunRecorder, n_params: int) -
         "test_by_policy": by_policy,
         "feedback_schedule": spec.schedule.to_list() if spec.schedule is not None else None,
         "versions": _versions(),
-        "config_hash": hashlib.sha1(
-            OmegaConf.to_yaml(cfg, resolve=True).encode()
-        ).hexdigest()[:12],
+        "config_hash": hashlib.sha1(OmegaConf.to_yaml(cfg, resolve=True).encode()).hexdigest()[:12],
     }
 
 
@@ -509,11 +536,18 @@ def _log_results(loggers: list, results: dict[str, Any]) -> None:
             for r in block["rows"]
         ]
         logger.experiment.log(
-            {"test/length_generalization": wandb.Table(columns=["policy", "length", "metric", "value"], data=rows)}
+            {
+                "test/length_generalization": wandb.Table(
+                    columns=["policy", "length", "metric", "value"], data=rows
+                )
+            }
         )
         logger.experiment.summary.update(
-            {"params": results["params"], "best_step": results["selection"]["step"],
-             "sec_per_step": results["timing"]["sec_per_step"]}
+            {
+                "params": results["params"],
+                "best_step": results["selection"]["step"],
+                "sec_per_step": results["timing"]["sec_per_step"],
+            }
         )
         wandb.finish()
 

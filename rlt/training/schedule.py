@@ -32,32 +32,44 @@ class FeedbackSchedule:
     def parse(cls, spec: Sequence[Sequence], max_steps: int) -> FeedbackSchedule:
         if not spec:
             raise ValueError("model.feedback_schedule: empty schedule; use null for a fixed B")
-        stages = []
+        stages: list[tuple[int, int | None, bool]] = []
         for item in spec:
             if len(item) != 2:
                 raise ValueError(
                     f"model.feedback_schedule: each stage is [start, B], got {list(item)!r}"
                 )
             start, b = item
-            if isinstance(start, float):
+            fractional = isinstance(start, float)
+            if fractional:
                 if not 0.0 <= start < 1.0:
                     raise ValueError(
                         f"model.feedback_schedule: a float start is a fraction of the run and "
                         f"must be in [0, 1); got {start} (write steps as integers)"
                     )
-                start = round(start * max_steps)
+                start = min(round(start * max_steps), max(0, max_steps - 1))
             start = int(start)
             if start < 0 or start >= max(1, max_steps):
                 raise ValueError(
                     f"model.feedback_schedule: stage start {start} outside the run's steps "
                     f"[0, {max_steps})"
                 )
-            stages.append((start, _parse_interval(b)))
-        starts = [s for s, _ in stages]
+            stages.append((start, _parse_interval(b), fractional))
+        # In a very short run two fractional starts can round to the same step: the later
+        # stage then supersedes the earlier one (so a 1-step debug run uses the final B).
+        merged: list[tuple[int, int | None, bool]] = []
+        for start, b, fractional in stages:
+            if merged and merged[-1][0] == start and (fractional or merged[-1][2]):
+                merged[-1] = (start, b, fractional)
+            else:
+                merged.append((start, b, fractional))
+        starts = [s for s, _, _ in merged]
         if starts != sorted(starts) or len(set(starts)) != len(starts):
-            raise ValueError(f"model.feedback_schedule: stage starts {starts} must strictly increase")
+            raise ValueError(
+                f"model.feedback_schedule: stage starts {starts} must strictly increase"
+            )
         if starts[0] != 0:
             raise ValueError("model.feedback_schedule: the first stage must start at step 0")
+        stages = [(s, b) for s, b, _ in merged]
         return cls(tuple(stages))
 
     def at(self, step: int) -> int | None:

@@ -20,15 +20,14 @@ def rms_norm(x: Tensor, norm) -> Tensor:
 
 
 def rope(x: Tensor, position: int, base: float, enabled: bool) -> Tensor:
-    """Rotate (N, H, Dh) by the angles of one position; pairs are (i, i + Dh/2)."""
+    """Rotate (N, H, Dh) by the angles of one position; pairs are (2i, 2i + 1)."""
     if not enabled:
         return x
-    half = x.shape[-1] // 2
-    i = torch.arange(half, dtype=torch.float64)
+    i = torch.arange(x.shape[-1] // 2, dtype=torch.float64)
     angle = position * base ** (-2 * i / x.shape[-1])
     cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
 
 
 def attend(q: Tensor, keys: list[Tensor], values: list[Tensor]) -> Tensor:

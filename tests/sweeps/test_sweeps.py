@@ -14,7 +14,6 @@ import pytest
 
 from rlt.sweep import cell_states
 from rlt.training.hydra_support import expand_jobs
-
 from tests.training.helpers import REPO, compose_cfg, group_options
 
 CELLS = [
@@ -28,11 +27,17 @@ CELLS = [
 def train(*args: str, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
     env = dict(os.environ, WANDB_MODE="disabled", PYTHONUNBUFFERED="1")
     proc = subprocess.run(
-        [sys.executable, "train.py", *args], cwd=REPO, env=env, capture_output=True, text=True,
+        [sys.executable, "train.py", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=timeout,
     )
     if check and proc.returncode != 0:
-        raise AssertionError(f"train.py {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        raise AssertionError(
+            f"train.py {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
     return proc
 
 
@@ -60,8 +65,11 @@ def test_grid_runs_every_cell_then_skips_them(tmp_path):
 def test_failed_cell_is_isolated_and_rerun_alone(tmp_path):
     bad = "s5_swaps/rlt1/2+0/seed43"
     proc = train(
-        "-m", "sweep=tiny", f"root={tmp_path}",
-        f"callbacks.inject_failure={{kind: nan, step: 1, cell: '{bad}'}}", check=False,
+        "-m",
+        "sweep=tiny",
+        f"root={tmp_path}",
+        f"callbacks.inject_failure={{kind: nan, step: 1, cell: '{bad}'}}",
+        check=False,
     )
     assert proc.returncode != 0
     assert "total: 7 done, 1 failed" in proc.stdout
@@ -83,15 +91,22 @@ def test_killed_sweep_resumes_to_the_same_results(tmp_path):
     env = dict(os.environ, WANDB_MODE="disabled")
     proc = subprocess.Popen(
         [sys.executable, "train.py", "-m", "sweep=tiny", f"root={tmp_path / 'killed'}", *steps],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     killed_dir = tmp_path / "killed" / "tiny"
     deadline = time.time() + 300
     # Kill as soon as the third cell has a checkpoint: two cells done, one interrupted mid-run.
     while time.time() < deadline:
         done = [c for c in CELLS if (killed_dir / c / "results.json").exists()]
-        mid = [c for c in CELLS if (killed_dir / c / "checkpoints" / "last.ckpt").exists()
-               and c not in done]
+        mid = [
+            c
+            for c in CELLS
+            if (killed_dir / c / "checkpoints" / "last.ckpt").exists() and c not in done
+        ]
         if len(done) >= 2 and mid:
             break
         time.sleep(0.05)
@@ -111,8 +126,14 @@ def test_killed_sweep_resumes_to_the_same_results(tmp_path):
 
 @pytest.mark.slow
 def test_joblib_launcher_runs_two_workers(tmp_path):
-    proc = train("-m", "sweep=tiny", f"root={tmp_path}", "hydra/launcher=parallel",
-                 "hydra.launcher.n_jobs=2", "trainer.threads=auto")
+    proc = train(
+        "-m",
+        "sweep=tiny",
+        f"root={tmp_path}",
+        "hydra/launcher=parallel",
+        "hydra.launcher.n_jobs=2",
+        "trainer.threads=auto",
+    )
     assert "total: 8 done" in proc.stdout
     pids = set()
     for cell in CELLS:
@@ -124,8 +145,15 @@ def test_joblib_launcher_runs_two_workers(tmp_path):
 
 @pytest.mark.slow
 def test_submitit_local_executor(tmp_path):
-    proc = train("-m", "sweep=tiny", f"root={tmp_path}", "hydra/launcher=local_submitit",
-                 "task=parity", "split=1+1", "seed=42")
+    proc = train(
+        "-m",
+        "sweep=tiny",
+        f"root={tmp_path}",
+        "hydra/launcher=local_submitit",
+        "task=parity",
+        "split=1+1",
+        "seed=42",
+    )
     assert "total: 1 done" in proc.stdout
     assert (tmp_path / "tiny" / "parity/rlt1/1+1/seed42" / "results.json").exists()
 
@@ -133,9 +161,16 @@ def test_submitit_local_executor(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "sweep, distinct, jobs",
-    [("main", 108, 180), ("feedback", 180, 180), ("parity16", 10, 18), ("demo", 6, 6),
-     ("main_small", 108, 180), ("feedback_small", 180, 180), ("parity16_small", 10, 18),
-     ("tiny", 8, 8)],
+    [
+        ("main", 108, 180),
+        ("feedback", 180, 180),
+        ("parity16", 10, 18),
+        ("demo", 6, 6),
+        ("main_small", 108, 180),
+        ("feedback_small", 180, 180),
+        ("parity16_small", 10, 18),
+        ("tiny", 8, 8),
+    ],
 )
 def test_presets_have_their_documented_cell_counts(sweep, distinct, jobs):
     from hydra import compose, initialize_config_dir
@@ -151,7 +186,14 @@ def test_presets_have_their_documented_cell_counts(sweep, distinct, jobs):
 
 def test_every_sweep_file_is_tested():
     assert set(group_options("sweep")) == {
-        "main", "feedback", "parity16", "demo", "main_small", "feedback_small", "parity16_small", "tiny"
+        "main",
+        "feedback",
+        "parity16",
+        "demo",
+        "main_small",
+        "feedback_small",
+        "parity16_small",
+        "tiny",
     }
 
 

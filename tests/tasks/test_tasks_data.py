@@ -112,11 +112,11 @@ class _Recorder(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.0)
 
 
-def _fit(tmp_path, ckpt_path=None, callbacks=()):
+def _fit(tmp_path, ckpt_path=None, callbacks=(), **trainer_kwargs):
     dm = TaskDataModule("parity", micro_batch_size=2, global_batch_size=4, max_steps=6)
     module = _Recorder()
     trainer = L.Trainer(
-        max_steps=6,
+        max_steps=trainer_kwargs.pop("max_steps", 6),
         accumulate_grad_batches=dm.accumulate_grad_batches,
         accelerator="cpu",
         devices=1,
@@ -128,6 +128,7 @@ def _fit(tmp_path, ckpt_path=None, callbacks=()):
         limit_val_batches=0,
         num_sanity_val_steps=0,
         default_root_dir=tmp_path,
+        **trainer_kwargs,
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -145,6 +146,12 @@ def test_lightning_resume_continues_the_stream_exactly(tmp_path):
     (step3,) = (tmp_path / "ckpt").glob("*step=3.ckpt")
     resumed = _fit(tmp_path, ckpt_path=str(step3))
     assert resumed == straight[6:]
+
+
+def test_trainer_steps_must_fit_in_the_stream(tmp_path):
+    assert _fit(tmp_path, fast_dev_run=True) == [[0, 1]]  # fewer steps than the stream: fine
+    with pytest.raises(ValueError, match="trainer.max_steps=7"):
+        _fit(tmp_path, max_steps=7)  # would run past the end of the stream
 
 
 def test_test_set_at_length_512_is_fast():

@@ -7,6 +7,7 @@ import json
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,35 +16,19 @@ import torch
 from rlt.tasks import TASKS, get_task
 from rlt.tasks.data import TaskDataModule
 
-DIGEST_SCRIPT = """
-import hashlib, json, sys
-from rlt.tasks import TASKS, get_task
-out = {}
-for name in sorted(TASKS):
-    t = get_task(name, data_seed=int(sys.argv[1]))
-    exs = [t.example("train", i) for i in (0, 1, 2, 999_999, 12_345_678)]
-    exs += [t.example("val", i) for i in (0, 1, t.n_val - 1)]
-    exs += [t.example("test", i, max(t.test_lengths)) for i in (0, 1, t.n_test - 1)]
-    blob = json.dumps([[e.tokens, e.labels, e.prompt_len, e.length, e.index] for e in exs])
-    out[name] = hashlib.sha256(blob.encode()).hexdigest()
-print(json.dumps(out))
-"""
+REPO = Path(__file__).resolve().parents[2]
 
 
 def digests(data_seed: int) -> dict[str, str]:
-    exec_globals: dict = {}
-    argv = sys.argv
-    sys.argv = ["-", str(data_seed)]
-    try:
-        from contextlib import redirect_stdout
-        from io import StringIO
-
-        buf = StringIO()
-        with redirect_stdout(buf):
-            exec(DIGEST_SCRIPT, exec_globals)  # noqa: S102 - our own script, run in-process
-    finally:
-        sys.argv = argv
-    return json.loads(buf.getvalue())
+    """A hash per task of a spread of train (incl. far indices), val and longest-test examples."""
+    out = {}
+    for name in sorted(TASKS):
+        t = get_task(name, data_seed=data_seed)
+        exs = [t.example("train", i) for i in (0, 1, 2, 999_999, 12_345_678)]
+        exs += [t.example("val", i) for i in (0, 1, t.n_val - 1)]
+        exs += [t.example("test", i, max(t.test_lengths)) for i in (0, 1, t.n_test - 1)]
+        out[name] = fingerprint(exs)
+    return out
 
 
 def fingerprint(examples) -> str:
@@ -54,11 +39,29 @@ def fingerprint(examples) -> str:
 
 
 def test_fresh_process_gives_the_same_examples():
-    here = digests(1234)
-    there = subprocess.run(
-        [sys.executable, "-c", DIGEST_SCRIPT, "1234"], capture_output=True, text=True, check=True
+    code = (
+        "import json; from tests.tasks.test_tasks_determinism import digests; "
+        "print(json.dumps(digests(1234)))"
     )
-    assert json.loads(there.stdout) == here
+    there = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert json.loads(there.stdout) == digests(1234)
+
+
+GOLDEN = {  # digests(1234); a change means every run's data changed: bump data_seed knowingly
+    "addition": "00cf43079b4de51f4ef725f70d733cc1ee282914ea7ab80f6d2574312b5dc10e",
+    "mod5_brackets": "1e76c95bdc0daf7383e76e8415f2010a188ba622435ae85b5474257e45585da4",
+    "mod5_flat": "f31ebb12b589b73f706031c6bd4780bdcdffe8726e787e8a3283152adb693537",
+    "parity": "f684a66602658813bcb8de70640458a8ae1f3e4376abd3b916669e6df193117f",
+    "s5": "45df4b0520cc59ff40e3ba963887526cd3d0d383305c9db6ae6a5cfe7a958b51",
+    "s5_swaps": "d917154e02e67351a1c214ecad6c97da12beb94c3416c71295e669f927cfaafe",
+}
+
+
+def test_data_is_unchanged_across_code_and_library_versions():
+    """Golden digests: results stay comparable only while the data stays bit-identical."""
+    assert digests(1234) == GOLDEN
 
 
 def test_data_seed_selects_the_stream():

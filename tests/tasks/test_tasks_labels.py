@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-import tasks_reference as ref
 
 from rlt.tasks import IGNORE, TASKS, Example, get_task, vocab
+from tests.tasks import tasks_reference as ref
 
 N_TRAIN = 600
 N_PER_TEST_LENGTH = 48
@@ -30,7 +30,6 @@ def check_structure(ex: Example) -> None:
     assert len(ex.tokens) == len(ex.labels) == len(ex.score)
     assert ex.tokens[0] == vocab.BOS and vocab.PAD not in ex.tokens
     assert all((y != IGNORE) == s for y, s in zip(ex.labels, ex.score))
-    assert not any(ex.score[: ex.prompt_len - 1]) or ex.prompt_len == len(ex.tokens) - 1
     assert ex.labels[-1] == IGNORE  # the last token predicts nothing
     assert vocab.TOKENS[ex.tokens[-1]] != "<pad>"
 
@@ -97,6 +96,7 @@ def test_addition_labels_match_python_integers():
         (na, nb), expected, prompt_len = ref.addition_labels(names(ex.tokens))
         assert label_names(ex) == expected
         assert ex.prompt_len == prompt_len
+        assert not any(ex.score[: prompt_len - 1])  # the prompt is never supervised
         assert ex.length == max(na, nb)
         if ex.split == "test":
             assert na == nb == ex.length  # both operands have exactly n digits at test time

@@ -5,10 +5,10 @@ from __future__ import annotations
 import itertools
 
 import pytest
-import tasks_reference as ref
 
 from rlt.tasks import IGNORE, TASKS, get_task, vocab
 from rlt.tasks.s5 import COMPOSE, IDENTITY, SWAPS_INPUTS, TRANSPOSITIONS
+from tests.tasks import tasks_reference as ref
 
 
 def shown(labels: list[int]) -> str:

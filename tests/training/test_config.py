@@ -6,11 +6,21 @@ import pytest
 from omegaconf import OmegaConf
 
 from rlt.training.run import ConfigError, prepare
-
 from tests.training.helpers import CONF, compose_cfg, group_options
 
-GROUPS = ["task", "model", "split", "scale", "trainer", "logger", "callbacks", "optim",
-          "experiment", "debug", "sweep"]
+GROUPS = [
+    "task",
+    "model",
+    "split",
+    "scale",
+    "trainer",
+    "logger",
+    "callbacks",
+    "optim",
+    "experiment",
+    "debug",
+    "sweep",
+]
 
 
 @pytest.mark.parametrize("group", GROUPS)

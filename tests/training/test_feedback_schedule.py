@@ -27,7 +27,9 @@ class _Fake:
 
 def test_callback_sets_the_b_in_force_at_every_step():
     model = build_model(RLTConfig(d_model=16, n_heads=2, n_enc=1, n_dec=1, feedback_interval=8))
-    cb = FeedbackScheduleCallback(FeedbackSchedule.parse([[0, 8], [0.5, 4], [0.75, 1]], max_steps=8))
+    cb = FeedbackScheduleCallback(
+        FeedbackSchedule.parse([[0, 8], [0.5, 4], [0.75, 1]], max_steps=8)
+    )
     seen = []
     for step in range(8):
         module = _Fake(step, model)
@@ -37,15 +39,30 @@ def test_callback_sets_the_b_in_force_at_every_step():
 
 
 def tiny(root: Path, *extra: str) -> list[str]:
-    return ["experiment=tiny", f"root={root}", "task=parity", "model=rlt2", "split=1+1",
-            "scale.max_steps=6", "scale.val_every=2", SCHEDULE, *extra]
+    return [
+        "experiment=tiny",
+        f"root={root}",
+        "task=parity",
+        "model=rlt2",
+        "split=1+1",
+        "scale.max_steps=6",
+        "scale.val_every=2",
+        SCHEDULE,
+        *extra,
+    ]
 
 
 def test_schedule_is_recorded_and_resume_continues_it(tmp_path):
-    straight = json.loads((Path(run(compose_cfg(tiny(tmp_path / "a")))["run_dir"]) / "results.json").read_text())
+    straight = json.loads(
+        (Path(run(compose_cfg(tiny(tmp_path / "a")))["run_dir"]) / "results.json").read_text()
+    )
     assert straight["feedback_schedule"] == [[0, 4], [2, 2], [4, 1]]
     # Validation at step s evaluates the weights after steps 0..s-1, with the B that trained them.
-    assert [(r["step"], r["feedback_interval"]) for r in straight["val_curve"]] == [(2, 4), (4, 2), (6, 1)]
+    assert [(r["step"], r["feedback_interval"]) for r in straight["val_curve"]] == [
+        (2, 4),
+        (4, 2),
+        (6, 1),
+    ]
     assert {b["feedback_interval"] for b in straight["test_by_policy"].values()} == {1}
 
     crash = compose_cfg(tiny(tmp_path / "b", "callbacks.inject_failure={kind: error, step: 3}"))
@@ -68,5 +85,7 @@ def test_schedule_ending_at_one_evaluates_exactly_as_rlt1(tmp_path):
     ckpt = torch.load(Path(cfg.out_dir) / "checkpoints" / "min_val_loss.pt", weights_only=False)
     rlt1.load_state_dict(ckpt["state_dict"])
     dm = TaskDataModule(task=spec.task, micro_batch_size=4, global_batch_size=8, max_steps=6)
-    rows = evaluate_lengths(rlt1, dm.test_dataloaders(spec.test_lengths), acc_mode=spec.task.acc_mode)
+    rows = evaluate_lengths(
+        rlt1, dm.test_dataloaders(spec.test_lengths), acc_mode=spec.task.acc_mode
+    )
     assert rows == res["test"]  # bitwise-equal floats, not approximately

@@ -7,7 +7,9 @@ from rlt.training.schedule import FeedbackSchedule
 def test_selection_earliest_lowest_loss():
     losses = [0.9, 0.4, 0.55, 0.4, 0.38, 0.38, 0.6]
     accs = [0.1, 0.7, 0.9, 0.9, 0.8, 0.95, 0.95]
-    curve = [{"step": 100 * (i + 1), "loss": lo, "acc": a} for i, (lo, a) in enumerate(zip(losses, accs))]
+    curve = [
+        {"step": 100 * (i + 1), "loss": lo, "acc": a} for i, (lo, a) in enumerate(zip(losses, accs))
+    ]
     assert select_step(curve, "min_val_loss")["step"] == 500  # 0.38 first seen at step 500
     assert select_step(curve, "max_val_acc")["step"] == 600  # 0.95 first seen at step 600
     assert select_step(curve, "final")["step"] == 700
@@ -50,3 +52,10 @@ def test_schedule_steps_and_fractions():
 def test_schedule_rejects_nonsense(spec, match):
     with pytest.raises(ValueError, match=match):
         FeedbackSchedule.parse(spec, max_steps=200)
+
+
+def test_fractional_stages_that_collide_in_a_short_run_keep_the_later_one():
+    s = FeedbackSchedule.parse([[0, 8], [0.5, 4], [0.75, 1]], max_steps=1)
+    assert s.stages == ((0, 1),)
+    s = FeedbackSchedule.parse([[0, 8], [0.5, 4], [0.75, 1]], max_steps=2)
+    assert s.stages == ((0, 8), (1, 1))
