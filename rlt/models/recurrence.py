@@ -73,17 +73,29 @@ def _rotate(x: Tensor, rotation: Tensor) -> None:
         x.copy_(torch.view_as_real(pairs * rotation).flatten(-2))
 
 
-def _rms_stats(x: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor]:
-    """xhat = x * inv, inv = 1/rms(x), and xi = xhat * inv / d (for the backward)."""
+def _normalize(x: Tensor, eps: float) -> Tensor:
+    """x / rms(x) without the norm weight (folded into the next matmul's weight).
+
+    F.rms_norm on CPU decomposes into ~17 kernels (dtype round trips included); five here.
+    """
+    return x * x.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_()
+
+
+def _norm_terms(x: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """For h = weight * x / rms(x): xhat = x / rms(x), and the three factors of the backward,
+    weight / rms, weight * xhat and xhat / (rms * d) (see ``_rms_backward``)."""
     inv = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)  # (..., 1)
     xhat = x * inv
-    return xhat, inv, xhat * (inv / x.shape[-1])
+    return xhat, weight * inv, weight * xhat, xhat * (inv / x.shape[-1])
 
 
-def _rms_backward(dxhat: Tensor, xhat: Tensor, inv: Tensor, xi: Tensor, residual: Tensor | None, out: Tensor) -> Tensor:
-    """dL/dx for xhat = x / rms(x), plus a residual gradient, written into ``out``."""
-    dot = torch.linalg.vecdot(dxhat, xhat).unsqueeze(-1)  # (..., 1)
-    base = dxhat * inv if residual is None else torch.addcmul(residual, dxhat, inv)
+def _rms_backward(
+    dh: Tensor, w_inv: Tensor, w_xhat: Tensor, xi: Tensor, residual: Tensor | None, out: Tensor
+) -> Tensor:
+    """dL/dx (+ a residual gradient) into ``out``, from dL/dh of h = w * x / rms(x):
+    dx = (w / rms) dh - xhat / (rms d) <dh, w xhat>."""
+    dot = torch.linalg.vecdot(dh, w_xhat).unsqueeze(-1)  # (..., 1)
+    base = dh * w_inv if residual is None else torch.addcmul(residual, dh, w_inv)
     return torch.addcmul(base, xi, dot, value=-1.0, out=out)
 
 
@@ -127,7 +139,12 @@ def _forward(spec: RecurrenceSpec, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, 
     dh = d // h
     f = layers[0][8].shape[1] if layers else 0
     chunks = spec.chunks(t_len)
-    w_q_scaled = [layer[4] * dh**-0.5 for layer in layers]  # cross queries carry 1/sqrt(Dh)
+    # norm weights folded into the following projections; cross queries carry 1/sqrt(Dh)
+    folded = [
+        (w_qkv * w_an, w_q * (w_cn * dh**-0.5), w_13 * w_fn)
+        for (w_an, w_qkv, _, w_cn, w_q, _, w_fn, w_13, _) in layers
+    ]
+    w_sp_folded = w_sp * w_sn
 
     sv = _Saved()
     sv.chunks, sv.tables = chunks, tables
@@ -151,16 +168,17 @@ def _forward(spec: RecurrenceSpec, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, 
         c = b - a
         sv.S[ci].copy_(s)
         # gated merge: one (N, d) x (d, 2d) matmul per chunk, the rest elementwise
-        z = F.rms_norm(s, (d,), w_sn, spec.eps) @ w_sp.T  # (N, 2d): [gate half, W_s r]
+        z = _normalize(s, spec.eps) @ w_sp_folded.T  # (N, 2d): [gate half, W_s r]
         gate = torch.sigmoid(ge[a:b] + z[:, :d])  # (c, N, d)
         torch.addcmul(e[a:b], gate, z[:, d:] * spec.alpha, out=sv.X[0, a:b])
         swa_mask = window_mask(a, c, spec.window, e.device)  # (c, W-1+c) or None
         mem_mask = causal_mask(c, b, e.device)  # (c, b) or None
-        for li, (w_an, w_qkv, w_o, w_cn, _, w_co, w_fn, w_13, w_2) in enumerate(layers):
+        for li, (_, _, w_o, _, _, w_co, _, _, w_2) in enumerate(layers):
+            f_qkv, f_q, f_13 = folded[li]
             x = sv.X[li, a:b].view(c * n, d)
             # -- sliding-window self-attention over the layer's own keys
             qkv = sv.QKV[li, a:b]  # (c, N, 3, H, Dh)
-            torch.mm(F.rms_norm(x, (d,), w_an, spec.eps), w_qkv.T, out=qkv.view(c * n, 3 * d))
+            torch.mm(_normalize(x, spec.eps), f_qkv.T, out=qkv.view(c * n, 3 * d))
             _rotate(qkv[:, :, :2], tables[a:b])
             sv.K[li, wm1 + a : wm1 + b] = qkv[:, :, 1]
             sv.V[li, wm1 + a : wm1 + b] = qkv[:, :, 2]
@@ -172,7 +190,7 @@ def _forward(spec: RecurrenceSpec, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, 
             torch.addmm(x, sv.A1[li, a:b].view(c * n, d), w_o.T, out=x1)
             # -- memory cross-attention over the prefix 0..b-1
             qc = sv.QC[li, a:b]  # (c, N, d)
-            torch.mm(F.rms_norm(x1, (d,), w_cn, spec.eps), w_q_scaled[li].T, out=qc.view(c * n, d))
+            torch.mm(_normalize(x1, spec.eps), f_q.T, out=qc.view(c * n, d))
             p, att = _attend(qc.view(c, n, h, dh), mem_k[:b], mem_v[:b], mem_mask)
             sv.P2[li, a:b, :b] = p
             sv.A2[li, a:b].view(c, n, h, dh).copy_(att)
@@ -180,7 +198,7 @@ def _forward(spec: RecurrenceSpec, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, 
             torch.addmm(x1, sv.A2[li, a:b].view(c * n, d), w_co.T, out=x2)
             # -- SwiGLU
             z13 = sv.Z13[li, a:b].view(c * n, 2 * f)
-            torch.mm(F.rms_norm(x2, (d,), w_fn, spec.eps), w_13.T, out=z13)
+            torch.mm(_normalize(x2, spec.eps), f_13.T, out=z13)
             m = F.silu(z13[:, :f]) * z13[:, f:]  # (c*N, f)
             torch.addmm(x2, m, w_2.T, out=sv.X[li + 1, a:b].view(c * n, d))
         if b % b_int == 0:
@@ -199,26 +217,27 @@ def _backward(spec: RecurrenceSpec, sv: _Saved, grad_out: Tensor, tensors) -> li
     inverse_rotations = sv.tables.conj()  # (T, 1, 2, 1, Dh/2)
 
     # -- batched preparation: everything that does not depend on the incoming gradient
-    xs = [_rms_stats(sv.X[li], spec.eps) for li in range(n_layers)]
-    x1s = [_rms_stats(sv.X1[li], spec.eps) for li in range(n_layers)]
-    x2s = [_rms_stats(sv.X2[li], spec.eps) for li in range(n_layers)]
-    folded = [
-        (w_qkv * w_an, w_q * (w_cn * scale), w_13 * w_fn)  # norm weights folded into matmuls
-        for (w_an, w_qkv, _, w_cn, w_q, _, w_fn, w_13, _) in layers
+    norms = [
+        (
+            _norm_terms(sv.X[li], w_an, spec.eps),
+            _norm_terms(sv.X1[li], w_cn, spec.eps),
+            _norm_terms(sv.X2[li], w_fn, spec.eps),
+        )
+        for li, (w_an, _, _, w_cn, _, _, w_fn, _, _) in enumerate(layers)
     ]
     swiglu = []  # d(silu(A) * Bv)/dA and /dBv, interleaved like Z13: (T, N, 2, f)
     for li in range(n_layers):
         pre_a, pre_b = sv.Z13[li, ..., :f], sv.Z13[li, ..., f:]
         sig = torch.sigmoid(pre_a)
         swiglu.append(torch.stack([pre_b * sig * (1 + pre_a * (1 - sig)), pre_a * sig], dim=2))
-    shat, sinv, sxi = _rms_stats(sv.S, spec.eps)  # (C, N, d)
-    r = shat * w_sn
+    w_q_scaled = [layer[4] * scale for layer in layers]
+    s_norm = _norm_terms(sv.S, w_sn, spec.eps)  # boundary states (C, N, d)
+    r = s_norm[0] * w_sn
     z = r @ w_sp.T  # (C, N, 2d)
     chunk_of = torch.tensor([ci for ci, (a, b, _) in enumerate(chunks) for _ in range(a, b)], device=e.device)
     gate = torch.sigmoid(ge + z[chunk_of, :, :d])  # (T, N, d)
     k_gate = alpha * z[chunk_of, :, d:] * gate * (1 - gate)  # d u / d (gate pre-activation)
     k_ws = alpha * gate  # d u / d (W_s r)
-    w_sp_folded = w_sp * w_sn
 
     # -- gradient buffers, laid out like the forward's
     gx = e.new_empty(n_layers + 1, t_len, n, d)  # dL/dX[l]
@@ -230,28 +249,32 @@ def _backward(spec: RecurrenceSpec, sv: _Saved, grad_out: Tensor, tensors) -> li
     gv = torch.zeros_like(sv.V)
     gqc = e.new_empty(n_layers, t_len, n, d)
     g13 = e.new_empty(n_layers, t_len, n, 2 * f)
+    gh = e.new_empty(n_layers, 3, t_len, n, d)  # dL/d(normed inputs): for norm-weight grads
+    ga2 = e.new_empty(n_layers, t_len, n, d)  # dL/d(memory-attention output): for memory grads
     ds2 = torch.zeros_like(sv.P2)  # memory-attention score gradients
     gge = e.new_empty(t_len, n, d)
     gz = e.new_empty(len(chunks), n, 2 * d)
+    gr = e.new_empty(len(chunks), n, d)
     ds0 = None
 
     for ci in range(len(chunks) - 1, -1, -1):
         a, b, cut = chunks[ci]
         c = b - a
         for li in range(n_layers - 1, -1, -1):
-            _, _, w_o, _, _, w_co, _, _, w_2 = layers[li]
-            f_qkv, f_q, f_13 = folded[li]
+            _, w_qkv, w_o, _, _, w_co, _, w_13, w_2 = layers[li]
+            n_attn, n_cross, n_ffn = ((t[a:b] for t in terms[1:]) for terms in norms[li])
             # -- SwiGLU
             dm = gx[li + 1, a:b].view(c * n, d) @ w_2  # (c*N, f)
             torch.mul(dm.view(c, n, 1, f), swiglu[li][a:b], out=g13[li, a:b].view(c, n, 2, f))
-            dxh = (g13[li, a:b].view(c * n, 2 * f) @ f_13).view(c, n, d)
-            _rms_backward(dxh, *(t[a:b] for t in x2s[li]), gx[li + 1, a:b], out=gx2[li, a:b])
+            torch.mm(g13[li, a:b].view(c * n, 2 * f), w_13, out=gh[li, 2, a:b].view(c * n, d))
+            _rms_backward(gh[li, 2, a:b], *n_ffn, gx[li + 1, a:b], out=gx2[li, a:b])
             # -- memory cross-attention
-            da = (gx2[li, a:b].view(c * n, d) @ w_co).view(c, n, h, dh)
+            torch.mm(gx2[li, a:b].view(c * n, d), w_co, out=ga2[li, a:b].view(c * n, d))
+            da = ga2[li, a:b].view(c, n, h, dh)
             dq = gqc[li, a:b].view(c, n, h, dh)
             ds2[li, a:b, :b] = _attend_backward(sv.P2[li, a:b, :b], da, mem_k[:b], mem_v[:b], dq=dq)
-            dxh = (gqc[li, a:b].view(c * n, d) @ f_q).view(c, n, d)
-            _rms_backward(dxh, *(t[a:b] for t in x1s[li]), gx2[li, a:b], out=gx1[li, a:b])
+            torch.mm(gqc[li, a:b].view(c * n, d), w_q_scaled[li], out=gh[li, 1, a:b].view(c * n, d))
+            _rms_backward(gh[li, 1, a:b], *n_cross, gx2[li, a:b], out=gx1[li, a:b])
             # -- sliding-window self-attention
             da = (gx1[li, a:b].view(c * n, d) @ w_o).view(c, n, h, dh)
             window = slice(a, b + wm1)
@@ -264,15 +287,15 @@ def _backward(spec: RecurrenceSpec, sv: _Saved, grad_out: Tensor, tensors) -> li
             g_own[:, :, 1] = gk[li, wm1 + a : wm1 + b]  # complete: later windows are done
             g_own[:, :, 2] = gv[li, wm1 + a : wm1 + b]
             _rotate(g_own[:, :, :2], inverse_rotations[a:b])
-            dxh = (g_own.view(c * n, 3 * d) @ f_qkv).view(c, n, d)
-            _rms_backward(dxh, *(t[a:b] for t in xs[li]), gx1[li, a:b], out=gx[li, a:b])
+            torch.mm(g_own.view(c * n, 3 * d), w_qkv, out=gh[li, 0, a:b].view(c * n, d))
+            _rms_backward(gh[li, 0, a:b], *n_attn, gx1[li, a:b], out=gx[li, a:b])
         # -- gated merge: dL/du = gx[0, a:b] (which is also dL/de)
         du = gx[0, a:b]  # (c, N, d)
         torch.mul(du, k_gate[a:b], out=gge[a:b])
         torch.sum(gge[a:b], dim=0, out=gz[ci, :, :d])
         torch.sum(du * k_ws[a:b], dim=0, out=gz[ci, :, d:])
-        dxh = gz[ci] @ w_sp_folded  # (N, d)
-        ds = _rms_backward(dxh, shat[ci], sinv[ci], sxi[ci], None, out=torch.empty_like(dxh))
+        torch.mm(gz[ci], w_sp, out=gr[ci])  # dL/dr (N, d)
+        ds = _rms_backward(gr[ci], *(t[ci] for t in s_norm[1:]), None, out=torch.empty_like(gr[ci]))
         if a == 0:
             ds0 = ds
         elif cut != a:  # the state entering a chunk after a cut is detached
@@ -281,29 +304,25 @@ def _backward(spec: RecurrenceSpec, sv: _Saved, grad_out: Tensor, tensors) -> li
     # -- batched weight and memory gradients
     flat = (t_len * n, -1)
     g_w_sp = gz.reshape(len(chunks) * n, 2 * d).T @ r.reshape(len(chunks) * n, d)
-    g_w_sn = (shat * (gz @ w_sp)).sum(dim=(0, 1))
+    g_w_sn = (s_norm[0] * gr).sum(dim=(0, 1))
     layer_grads = []
     g_mem_k = None if mem_k is None else torch.zeros_like(mem_k)
     g_mem_v = None if mem_v is None else torch.zeros_like(mem_v)
-    for li, (w_an, w_qkv, _, w_cn, w_q, w_co, w_fn, w_13, _) in enumerate(layers):
-        xhat0, xhat1, xhat2 = xs[li][0], x1s[li][0], x2s[li][0]
+    for li, (w_an, _, _, w_cn, _, _, w_fn, _, _) in enumerate(layers):
+        xhat0, xhat1, xhat2 = (terms[0] for terms in norms[li])
         m = F.silu(sv.Z13[li, ..., :f]) * sv.Z13[li, ..., f:]  # (T, N, f)
-        g_qkv = gqkv[li].view(flat)
-        g_q = gqc[li].view(flat)
-        g_1 = g13[li].view(flat)
         layer_grads += [
-            (xhat0 * (g_qkv @ w_qkv).view(t_len, n, d)).sum(dim=(0, 1)),
-            g_qkv.T @ (xhat0 * w_an).view(flat),
+            (xhat0 * gh[li, 0]).sum(dim=(0, 1)),
+            gqkv[li].view(flat).T @ (xhat0 * w_an).view(flat),
             gx1[li].view(flat).T @ sv.A1[li].view(flat),
-            (xhat1 * (g_q @ w_q).view(t_len, n, d)).sum(dim=(0, 1)) * scale,
-            (g_q.T @ (xhat1 * w_cn).view(flat)) * scale,
+            (xhat1 * gh[li, 1]).sum(dim=(0, 1)),
+            (gqc[li].view(flat).T @ (xhat1 * w_cn).view(flat)) * scale,
             gx2[li].view(flat).T @ sv.A2[li].view(flat),
-            (xhat2 * (g_1 @ w_13).view(t_len, n, d)).sum(dim=(0, 1)),
-            g_1.T @ (xhat2 * w_fn).view(flat),
+            (xhat2 * gh[li, 2]).sum(dim=(0, 1)),
+            g13[li].view(flat).T @ (xhat2 * w_fn).view(flat),
             gx[li + 1].view(flat).T @ m.view(flat),
         ]
-        da2 = (gx2[li].view(flat) @ w_co).view(t_len, n, h, dh)
-        g_mem_v += torch.einsum("tknh,tnhd->knhd", sv.P2[li], da2)
+        g_mem_v += torch.einsum("tknh,tnhd->knhd", sv.P2[li], ga2[li].view(t_len, n, h, dh))
         g_mem_k += torch.einsum("tknh,tnhd->knhd", ds2[li], sv.QC[li].view(t_len, n, h, dh))
     return [gx[0], gge, g_mem_k, g_mem_v, ds0, g_w_sn, g_w_sp, *layer_grads]
 

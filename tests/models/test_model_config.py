@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from conftest import TINY, make_rlt
+from tests.models.conftest import TINY, make_rlt
 
 from rlt.models import RLTConfig, TransformerConfig, parse_split
 

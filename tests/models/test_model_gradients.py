@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_rlt
+from tests.models.conftest import make_rlt
 
 
 @pytest.mark.parametrize("feedback_interval", [1, 4])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from conftest import make_rlt, make_transformer
+from tests.models.conftest import make_rlt, make_transformer
 
 from rlt.models import RLTState
 

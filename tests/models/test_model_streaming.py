@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_rlt, make_transformer
-from rlt_reference import reference_rlt, reference_transformer
+from tests.models.conftest import make_rlt, make_transformer
+from tests.models.rlt_reference import reference_rlt, reference_transformer
 
 VARIANTS = [1, 3, 4, None]  # RLT-1, RLT-2 B=3, RLT-2 B=4, RLT-0
 SPLITS = ["4+4", "8+0", "2+3", "0+2"]

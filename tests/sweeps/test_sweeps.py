@@ -170,6 +170,7 @@ def test_submitit_local_executor(tmp_path):
         ("feedback_small", 180, 180),
         ("parity16_small", 10, 18),
         ("tiny", 8, 8),
+        ("schedule", 30, 30),
     ],
 )
 def test_presets_have_their_documented_cell_counts(sweep, distinct, jobs):
@@ -194,6 +195,7 @@ def test_every_sweep_file_is_tested():
         "feedback_small",
         "parity16_small",
         "tiny",
+        "schedule",
     }
 
 
