@@ -73,18 +73,21 @@ def _rotate(x: Tensor, rotation: Tensor) -> None:
         x.copy_(torch.view_as_real(pairs * rotation).flatten(-2))
 
 
-def _normalize(x: Tensor, eps: float) -> Tensor:
-    """x / rms(x) without the norm weight (folded into the next matmul's weight).
+def _inv_rms(x: Tensor, eps: Tensor) -> Tensor:
+    """1 / sqrt(mean(x^2) + eps) over the last dim, as (..., 1), in three kernels.
 
-    F.rms_norm on CPU decomposes into ~17 kernels (dtype round trips included); five here.
+    F.rms_norm on CPU decomposes into ~17 kernels (dtype round trips included), which
+    dominates a per-token loop at small widths. ``eps`` is a 0-dim tensor: a Python float
+    would be converted on every call.
     """
-    return x * x.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_()
+    norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+    return torch.addcmul(eps, norm, norm, value=1.0 / x.shape[-1]).rsqrt_()
 
 
-def _norm_terms(x: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _norm_terms(x: Tensor, weight: Tensor, eps: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """For h = weight * x / rms(x): xhat = x / rms(x), and the three factors of the backward,
     weight / rms, weight * xhat and xhat / (rms * d) (see ``_rms_backward``)."""
-    inv = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)  # (..., 1)
+    inv = _inv_rms(x, eps)  # (..., 1)
     xhat = x * inv
     return xhat, weight * inv, weight * xhat, xhat * (inv / x.shape[-1])
 
@@ -99,38 +102,60 @@ def _rms_backward(
     return torch.addcmul(base, xi, dot, value=-1.0, out=out)
 
 
-def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Scaled queries q (c, N, H, Dh) over keys/values (L, N, H, Dh), time-major.
+# Attention on (N, H, L, Dh) operands. Below this head dim, N*H tiny matrix products cost more
+# in BLAS call overhead than broadcasting elementwise products; from it on, BLAS wins
+# (measured on the bench machine: 2x either way at Dh=16 and Dh=128).
+MATMUL_HEAD_DIM = 64
 
-    Returns the probabilities (c, L, N, H) and the output (c, N, H, Dh). Elementwise
-    products and sums: a handful of queries against a short window are far cheaper this way
-    than as N*H tiny matrix products.
-    """
-    scores = (q[:, None] * k[None]).sum(-1)  # (c, L, N, H)
+
+def _scores(q: Tensor, k: Tensor) -> Tensor:
+    """(N, H, c, Dh) x (N, H, L, Dh) -> (N, H, c, L)."""
+    if q.shape[-1] >= MATMUL_HEAD_DIM:
+        return q @ k.transpose(-1, -2)
+    return (q[..., :, None, :] * k[..., None, :, :]).sum(-1)
+
+
+def _mix(p: Tensor, v: Tensor, out: Tensor | None = None) -> Tensor:
+    """(N, H, c, L) x (N, H, L, Dh) -> (N, H, c, Dh), optionally into ``out``."""
+    if v.shape[-1] >= MATMUL_HEAD_DIM:
+        mixed = p @ v
+        return mixed if out is None else out.copy_(mixed)
+    return torch.sum(p[..., None] * v[..., None, :, :], dim=-2, out=out)
+
+
+def _outer_accumulate(acc: Tensor, p: Tensor, x: Tensor) -> None:
+    """acc (N, H, L, Dh) += p^T (N, H, L, c) x (N, H, c, Dh)."""
+    if p.shape[-2] == 1:
+        acc.addcmul_(p.transpose(-1, -2), x)
+    else:
+        acc += p.transpose(-1, -2) @ x
+
+
+def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Scaled queries (N, H, c, Dh) over keys/values (N, H, L, Dh), True in mask (c, L) = may
+    attend. Returns the probabilities (N, H, c, L) (kept for the backward) and the output."""
+    scores = _scores(q, k)
     if mask is not None:
-        scores.masked_fill_(~mask[:, :, None, None], float("-inf"))
-    p = torch.softmax(scores, dim=1)
-    return p, (p[..., None] * v[None]).sum(1)
+        scores.masked_fill_(~mask, float("-inf"))
+    p = torch.softmax(scores, dim=-1)
+    return p, _mix(p, v)
 
 
 def _attend_backward(p: Tensor, da: Tensor, k: Tensor, v: Tensor, dq: Tensor) -> Tensor:
-    """Score gradients (c, L, N, H) from dL/d(output) da (c, N, H, Dh); writes dL/dq into dq."""
-    dp = (da[:, None] * v[None]).sum(-1)  # (c, L, N, H)
-    ds = p * (dp - (dp * p).sum(1, keepdim=True))
-    torch.sum(ds[..., None] * k[None], dim=1, out=dq)  # (c, N, H, Dh)
+    """Score gradients (N, H, c, L) from dL/d(output) da (N, H, c, Dh); dL/dq goes into dq."""
+    dp = _scores(da, v)  # (N, H, c, L)
+    ds = p * (dp - (dp * p).sum(-1, keepdim=True))
+    _mix(ds, k, out=dq)
     return ds
-
-
-def _outer_accumulate(acc: Tensor, weights: Tensor, x: Tensor) -> None:
-    """acc (L, N, H, Dh) += sum_c weights (c, L, N, H) * x (c, N, H, Dh)."""
-    if weights.shape[0] == 1:
-        acc.addcmul_(weights[0, ..., None], x[0])
-    else:
-        acc += (weights[..., None] * x[:, None]).sum(0)
 
 
 class _Saved:
     """Buffers the forward fills and the backward reads (a plain namespace)."""
+
+
+def _heads(x: Tensor) -> Tensor:
+    """Time-major (c, N, H, Dh) as head-major (N, H, c, Dh), a view."""
+    return x.permute(1, 2, 0, 3)
 
 
 def _forward(spec: RecurrenceSpec, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers) -> _Saved:
@@ -139,6 +164,7 @@ def _forward(spec: RecurrenceSpec, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, 
     dh = d // h
     f = layers[0][8].shape[1] if layers else 0
     chunks = spec.chunks(t_len)
+    eps = e.new_tensor(spec.eps)
     # norm weights folded into the following projections; cross queries carry 1/sqrt(Dh)
     folded = [
         (w_qkv * w_an, w_q * (w_cn * dh**-0.5), w_13 * w_fn)
@@ -157,48 +183,48 @@ def _forward(spec: RecurrenceSpec, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, 
     sv.QC = e.new_empty(n_layers, t_len, n, d)  # scaled cross queries
     sv.Z13 = e.new_empty(n_layers, t_len, n, 2 * f)  # SwiGLU pre-activations [W1 h | W3 h]
     sv.QKV = e.new_empty(n_layers, t_len, n, 3, h, dh)  # q (scaled) and k rotated, v
-    # keys/values of position t at row W-1+t; the zero rows stand for positions < 0
-    sv.K = e.new_zeros(n_layers, t_len + wm1, n, h, dh)
-    sv.V = e.new_zeros(n_layers, t_len + wm1, n, h, dh)
-    sv.P1 = [[] for _ in layers]  # SWA probabilities per chunk, (c, W-1+c, N, H)
-    sv.P2 = e.new_zeros(n_layers, t_len, t_len, n, h)  # memory attention probabilities
+    # head-major keys/values, position t at W-1+t; the zero slots stand for positions < 0
+    sv.K = e.new_zeros(n_layers, n, h, t_len + wm1, dh)
+    sv.V = e.new_zeros(n_layers, n, h, t_len + wm1, dh)
+    sv.P1 = [[] for _ in layers]  # SWA probabilities per chunk, (N, H, c, W-1+c)
+    sv.P2 = e.new_zeros(n_layers, n, h, t_len, t_len)  # memory attention probabilities
 
     s = s0
     for ci, (a, b, _) in enumerate(chunks):
         c = b - a
         sv.S[ci].copy_(s)
         # gated merge: one (N, d) x (d, 2d) matmul per chunk, the rest elementwise
-        z = _normalize(s, spec.eps) @ w_sp_folded.T  # (N, 2d): [gate half, W_s r]
+        z = (s * _inv_rms(s, eps)) @ w_sp_folded.T  # (N, 2d): [gate half, W_s r]
         gate = torch.sigmoid(ge[a:b] + z[:, :d])  # (c, N, d)
         torch.addcmul(e[a:b], gate, z[:, d:] * spec.alpha, out=sv.X[0, a:b])
         swa_mask = window_mask(a, c, spec.window, e.device)  # (c, W-1+c) or None
         mem_mask = causal_mask(c, b, e.device)  # (c, b) or None
+        window = slice(a, b + wm1)  # key slots of positions a-W+1 .. b-1
         for li, (_, _, w_o, _, _, w_co, _, _, w_2) in enumerate(layers):
             f_qkv, f_q, f_13 = folded[li]
             x = sv.X[li, a:b].view(c * n, d)
             # -- sliding-window self-attention over the layer's own keys
             qkv = sv.QKV[li, a:b]  # (c, N, 3, H, Dh)
-            torch.mm(_normalize(x, spec.eps), f_qkv.T, out=qkv.view(c * n, 3 * d))
+            torch.mm(x * _inv_rms(x, eps), f_qkv.T, out=qkv.view(c * n, 3 * d))
             _rotate(qkv[:, :, :2], tables[a:b])
-            sv.K[li, wm1 + a : wm1 + b] = qkv[:, :, 1]
-            sv.V[li, wm1 + a : wm1 + b] = qkv[:, :, 2]
-            window = slice(a, b + wm1)  # positions a-W+1 .. b-1
-            p, att = _attend(qkv[:, :, 0], sv.K[li, window], sv.V[li, window], swa_mask)
+            sv.K[li, :, :, wm1 + a : wm1 + b] = _heads(qkv[:, :, 1])
+            sv.V[li, :, :, wm1 + a : wm1 + b] = _heads(qkv[:, :, 2])
+            p, att = _attend(_heads(qkv[:, :, 0]), sv.K[li, :, :, window], sv.V[li, :, :, window], swa_mask)
             sv.P1[li].append(p)
-            sv.A1[li, a:b].view(c, n, h, dh).copy_(att)
+            sv.A1[li, a:b].view(c, n, h, dh).copy_(att.permute(2, 0, 1, 3))
             x1 = sv.X1[li, a:b].view(c * n, d)
             torch.addmm(x, sv.A1[li, a:b].view(c * n, d), w_o.T, out=x1)
             # -- memory cross-attention over the prefix 0..b-1
             qc = sv.QC[li, a:b]  # (c, N, d)
-            torch.mm(_normalize(x1, spec.eps), f_q.T, out=qc.view(c * n, d))
-            p, att = _attend(qc.view(c, n, h, dh), mem_k[:b], mem_v[:b], mem_mask)
-            sv.P2[li, a:b, :b] = p
-            sv.A2[li, a:b].view(c, n, h, dh).copy_(att)
+            torch.mm(x1 * _inv_rms(x1, eps), f_q.T, out=qc.view(c * n, d))
+            p, att = _attend(_heads(qc.view(c, n, h, dh)), mem_k[:, :, :b], mem_v[:, :, :b], mem_mask)
+            sv.P2[li, :, :, a:b, :b] = p
+            sv.A2[li, a:b].view(c, n, h, dh).copy_(att.permute(2, 0, 1, 3))
             x2 = sv.X2[li, a:b].view(c * n, d)
             torch.addmm(x1, sv.A2[li, a:b].view(c * n, d), w_co.T, out=x2)
             # -- SwiGLU
             z13 = sv.Z13[li, a:b].view(c * n, 2 * f)
-            torch.mm(_normalize(x2, spec.eps), f_13.T, out=z13)
+            torch.mm(x2 * _inv_rms(x2, eps), f_13.T, out=z13)
             m = F.silu(z13[:, :f]) * z13[:, f:]  # (c*N, f)
             torch.addmm(x2, m, w_2.T, out=sv.X[li + 1, a:b].view(c * n, d))
         if b % b_int == 0:
@@ -214,14 +240,15 @@ def _backward(spec: RecurrenceSpec, sv: _Saved, grad_out: Tensor, tensors) -> li
     f = layers[0][8].shape[1] if layers else 0
     scale = dh**-0.5
     chunks = sv.chunks
+    eps = e.new_tensor(spec.eps)
     inverse_rotations = sv.tables.conj()  # (T, 1, 2, 1, Dh/2)
 
     # -- batched preparation: everything that does not depend on the incoming gradient
     norms = [
         (
-            _norm_terms(sv.X[li], w_an, spec.eps),
-            _norm_terms(sv.X1[li], w_cn, spec.eps),
-            _norm_terms(sv.X2[li], w_fn, spec.eps),
+            _norm_terms(sv.X[li], w_an, eps),
+            _norm_terms(sv.X1[li], w_cn, eps),
+            _norm_terms(sv.X2[li], w_fn, eps),
         )
         for li, (w_an, _, _, w_cn, _, _, w_fn, _, _) in enumerate(layers)
     ]
@@ -231,7 +258,7 @@ def _backward(spec: RecurrenceSpec, sv: _Saved, grad_out: Tensor, tensors) -> li
         sig = torch.sigmoid(pre_a)
         swiglu.append(torch.stack([pre_b * sig * (1 + pre_a * (1 - sig)), pre_a * sig], dim=2))
     w_q_scaled = [layer[4] * scale for layer in layers]
-    s_norm = _norm_terms(sv.S, w_sn, spec.eps)  # boundary states (C, N, d)
+    s_norm = _norm_terms(sv.S, w_sn, eps)  # boundary states (C, N, d)
     r = s_norm[0] * w_sn
     z = r @ w_sp.T  # (C, N, 2d)
     chunk_of = torch.tensor([ci for ci, (a, b, _) in enumerate(chunks) for _ in range(a, b)], device=e.device)
@@ -260,6 +287,7 @@ def _backward(spec: RecurrenceSpec, sv: _Saved, grad_out: Tensor, tensors) -> li
     for ci in range(len(chunks) - 1, -1, -1):
         a, b, cut = chunks[ci]
         c = b - a
+        window = slice(a, b + wm1)
         for li in range(n_layers - 1, -1, -1):
             _, w_qkv, w_o, _, _, w_co, _, w_13, w_2 = layers[li]
             n_attn, n_cross, n_ffn = ((t[a:b] for t in terms[1:]) for terms in norms[li])
@@ -270,22 +298,23 @@ def _backward(spec: RecurrenceSpec, sv: _Saved, grad_out: Tensor, tensors) -> li
             _rms_backward(gh[li, 2, a:b], *n_ffn, gx[li + 1, a:b], out=gx2[li, a:b])
             # -- memory cross-attention
             torch.mm(gx2[li, a:b].view(c * n, d), w_co, out=ga2[li, a:b].view(c * n, d))
-            da = ga2[li, a:b].view(c, n, h, dh)
-            dq = gqc[li, a:b].view(c, n, h, dh)
-            ds2[li, a:b, :b] = _attend_backward(sv.P2[li, a:b, :b], da, mem_k[:b], mem_v[:b], dq=dq)
+            da = _heads(ga2[li, a:b].view(c, n, h, dh))  # (N, H, c, Dh)
+            dq = _heads(gqc[li, a:b].view(c, n, h, dh))
+            p = sv.P2[li, :, :, a:b, :b]
+            ds2[li, :, :, a:b, :b] = _attend_backward(p, da, mem_k[:, :, :b], mem_v[:, :, :b], dq=dq)
             torch.mm(gqc[li, a:b].view(c * n, d), w_q_scaled[li], out=gh[li, 1, a:b].view(c * n, d))
             _rms_backward(gh[li, 1, a:b], *n_cross, gx2[li, a:b], out=gx1[li, a:b])
             # -- sliding-window self-attention
-            da = (gx1[li, a:b].view(c * n, d) @ w_o).view(c, n, h, dh)
-            window = slice(a, b + wm1)
+            da = _heads((gx1[li, a:b].view(c * n, d) @ w_o).view(c, n, h, dh))  # (N, H, c, Dh)
             g_own = gqkv[li, a:b]  # (c, N, 3, H, Dh)
-            p = sv.P1[li][ci]  # (c, W-1+c, N, H)
-            dsc = _attend_backward(p, da, sv.K[li, window], sv.V[li, window], dq=g_own[:, :, 0])
+            p = sv.P1[li][ci]  # (N, H, c, W-1+c)
+            dsc = _attend_backward(p, da, sv.K[li, :, :, window], sv.V[li, :, :, window], dq=_heads(g_own[:, :, 0]))
             lo = max(a, cut + wm1)  # keys before the latest TBPTT cut are detached
-            _outer_accumulate(gk[li, lo : b + wm1], dsc[:, lo - a :], sv.QKV[li, a:b, :, 0])
-            _outer_accumulate(gv[li, lo : b + wm1], p[:, lo - a :], da)
-            g_own[:, :, 1] = gk[li, wm1 + a : wm1 + b]  # complete: later windows are done
-            g_own[:, :, 2] = gv[li, wm1 + a : wm1 + b]
+            q = _heads(sv.QKV[li, a:b, :, 0])
+            _outer_accumulate(gk[li, :, :, lo : b + wm1], dsc[..., lo - a :], q)
+            _outer_accumulate(gv[li, :, :, lo : b + wm1], p[..., lo - a :], da)
+            g_own[:, :, 1] = gk[li, :, :, wm1 + a : wm1 + b].permute(2, 0, 1, 3)  # complete now
+            g_own[:, :, 2] = gv[li, :, :, wm1 + a : wm1 + b].permute(2, 0, 1, 3)
             _rotate(g_own[:, :, :2], inverse_rotations[a:b])
             torch.mm(g_own.view(c * n, 3 * d), w_qkv, out=gh[li, 0, a:b].view(c * n, d))
             _rms_backward(gh[li, 0, a:b], *n_attn, gx1[li, a:b], out=gx[li, a:b])
@@ -322,8 +351,8 @@ def _backward(spec: RecurrenceSpec, sv: _Saved, grad_out: Tensor, tensors) -> li
             g13[li].view(flat).T @ (xhat2 * w_fn).view(flat),
             gx[li + 1].view(flat).T @ m.view(flat),
         ]
-        g_mem_v += torch.einsum("tknh,tnhd->knhd", sv.P2[li], ga2[li].view(t_len, n, h, dh))
-        g_mem_k += torch.einsum("tknh,tnhd->knhd", ds2[li], sv.QC[li].view(t_len, n, h, dh))
+        g_mem_v += sv.P2[li].transpose(-1, -2) @ _heads(ga2[li].view(t_len, n, h, dh))
+        g_mem_k += ds2[li].transpose(-1, -2) @ _heads(sv.QC[li].view(t_len, n, h, dh))
     return [gx[0], gge, g_mem_k, g_mem_v, ds0, g_w_sn, g_w_sp, *layer_grads]
 
 
@@ -380,13 +409,13 @@ def fused_decode(
                 tuple(cast(w) for w in merge_weights),
                 [cast(w) for w in layer_weights],
             )
-    mem_k, mem_v = (None, None) if memory is None else (m.permute(2, 0, 1, 3).contiguous() for m in memory)
+    mem_k, mem_v = (None, None) if memory is None else memory
     out = _FusedRecurrence.apply(
         spec,
         rope,
         e.transpose(0, 1).contiguous(),  # (T, N, d)
         ge.transpose(0, 1).contiguous(),
-        mem_k,  # (T, N, H, Dh)
+        mem_k,  # (N, H, T, Dh)
         mem_v,
         s0.contiguous(),
         *merge_weights,

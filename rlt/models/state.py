@@ -59,8 +59,8 @@ class KVCache:
         return 2 * n * h * self.length * dh * self.k.element_size()
 
     def clone(self) -> KVCache:
-        keys, values = self.keys_values()
-        return KVCache(keys.clone(), values.clone(), self.length)
+        """An independent copy with the same spare capacity (appends stay in place)."""
+        return KVCache(self.k.clone(), self.v.clone(), self.length)
 
 
 @dataclass

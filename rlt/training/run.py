@@ -278,8 +278,13 @@ def _check_checkpoint(path: Path) -> None:
 
 
 def _resolve_threads(cfg: DictConfig) -> int:
+    """``trainer.threads``: an integer, or ``auto``: one thread for small models (width < 256,
+    where intra-op threads cost more than they give, badly so on a busy machine), else the
+    cores divided by the jobs a parallel launcher runs side by side."""
     threads = cfg.trainer.threads
     if threads in (None, "auto"):
+        if cfg.scale.d_model < 256:
+            return 1
         n_jobs = 1
         with contextlib.suppress(Exception):
             from hydra.core.hydra_config import HydraConfig
@@ -290,17 +295,20 @@ def _resolve_threads(cfg: DictConfig) -> int:
     return int(threads)
 
 
-def _assign_gpu(cfg: DictConfig) -> None:
-    """One GPU per job when several are visible and the launcher runs jobs side by side."""
+def _devices(cfg: DictConfig):
+    """Lightning's ``devices``: one GPU per job, chosen by the job number, when several GPUs
+    are visible and the launcher runs jobs side by side (SLURM jobs see only their own)."""
     if cfg.trainer.accelerator != "gpu" or not torch.cuda.is_available():
-        return
+        return cfg.trainer.devices
     n = torch.cuda.device_count()
-    if n <= 1 or "CUDA_VISIBLE_DEVICES" in os.environ:
-        return
+    if n <= 1 or cfg.trainer.devices != 1:
+        return cfg.trainer.devices
+    job = 0
     with contextlib.suppress(Exception):
         from hydra.core.hydra_config import HydraConfig
 
-        torch.cuda.set_device(HydraConfig.get().job.num % n)
+        job = HydraConfig.get().job.num
+    return [job % n]
 
 
 def _quiet_lightning() -> None:
@@ -327,7 +335,6 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
     cfg, run_dir = spec.cfg, spec.run_dir
     _quiet_lightning()
     torch.set_num_threads(_resolve_threads(cfg))
-    _assign_gpu(cfg)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     dm = TaskDataModule(
         task=spec.task,
@@ -376,7 +383,7 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
 
     trainer = L.Trainer(
         accelerator=cfg.trainer.accelerator,
-        devices=cfg.trainer.devices,
+        devices=_devices(cfg),
         precision=cfg.trainer.precision,
         max_steps=cfg.scale.max_steps,
         accumulate_grad_batches=spec.accumulate,
@@ -397,6 +404,13 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
     )
     fit_start = time.perf_counter()
     trainer.fit(module, datamodule=dm, ckpt_path=str(ckpt_path) if ckpt_path else None)
+    if trainer.interrupted or (
+        trainer.global_step < cfg.scale.max_steps and not cfg.debug_flags.fast_dev_run
+    ):
+        raise RuntimeError(
+            f"training stopped at step {trainer.global_step} of {cfg.scale.max_steps} "
+            "(interrupted); rerun the same command to resume from last.ckpt"
+        )
     if not recorder.val_curve or recorder.val_curve[-1]["step"] != trainer.global_step:
         recorder.validate(trainer, module, trainer.global_step)
     fit_seconds = time.perf_counter() - fit_start

@@ -133,6 +133,7 @@ def test_joblib_launcher_runs_two_workers(tmp_path):
         "hydra/launcher=parallel",
         "hydra.launcher.n_jobs=2",
         "trainer.threads=auto",
+        "scale.d_model=256",  # auto gives small models one thread; this one gets cores / jobs
     )
     assert "total: 8 done" in proc.stdout
     pids = set()

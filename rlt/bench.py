@@ -1,0 +1,385 @@
+"""``python -m rlt.bench``: training-step and streaming speed of the four model variants.
+
+Times a full training step (forward, loss, backward, gradient clipping, AdamW) of the
+Transformer, RLT-0, RLT-1 and RLT-2 in one process, with identical weights (RLT-0 takes the
+RLT-1 weights it has; the Transformer starts from the same seed) and identical data,
+interleaving the variants so that drifting machine load hits all of them alike: one warm-up
+round, then ``--repeats`` timed rounds. Reports medians, min-max spread, ratios, achieved
+GFLOP/s (FLOPs counted by ``torch.utils.flop_counter.FlopCounterMode``) against a ``torch.mm``
+reference measured in the same run, and the peak memory of one step.
+
+``--mode stream`` times inference instead: prefill throughput, per-token decode latency at
+given positions, and the state's bytes per sequence.
+
+Peak memory on CPU comes from the PyTorch profiler's memory timeline (every tensor
+allocation and free during one step; the peak above the live tensors at the step's start);
+on CUDA from ``torch.cuda.max_memory_allocated``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from rlt.models import RLTConfig, TransformerConfig, build_model, parse_split
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # the report's width and split (shared/SPEC.md section 1), issue 7's micro-batch and length
+    "paper": dict(d_model=512, n_heads=4, d_ff=1365, split="4+4", batch=64, length=40),
+    # the CPU demo preset (conf/scale/small.yaml)
+    "small": dict(d_model=64, n_heads=4, d_ff=170, split="2+2", batch=64, length=40),
+}
+VARIANTS = ("transformer", "rlt0", "rlt1", "rlt2")
+
+
+def build_variants(args: argparse.Namespace) -> dict[str, torch.nn.Module]:
+    """The requested variants; the RLT ones share every parameter they have in common."""
+    n_enc, n_dec = parse_split(args.split)
+    common = dict(d_model=args.d_model, n_heads=args.n_heads, d_ff=args.d_ff, vocab_size=140)
+    torch.manual_seed(args.seed)
+    rlt1 = build_model(
+        RLTConfig(n_enc=n_enc, n_dec=n_dec, feedback_interval=1, fused=not args.plain, **common)
+    )
+    models: dict[str, torch.nn.Module] = {}
+    for name in args.variants:
+        if name == "transformer":
+            torch.manual_seed(args.seed)
+            models[name] = build_model(TransformerConfig(n_layers=n_enc + n_dec, **common))
+        elif name == "rlt0":
+            rlt0 = build_model(RLTConfig(n_enc=n_enc, n_dec=n_dec, feedback_interval=None, **common))
+            missing = rlt0.load_state_dict(rlt1.state_dict(), strict=False).missing_keys
+            assert not missing, f"RLT-0 parameters missing from RLT-1: {missing}"
+            models[name] = rlt0
+        elif name == "rlt1":
+            models[name] = copy.deepcopy(rlt1)
+        elif name == "rlt2":
+            models[name] = copy.deepcopy(rlt1)
+            models[name].feedback_interval = args.rlt2_interval
+    return {name: m.to(args.device) for name, m in models.items()}
+
+
+def train_step_fn(
+    model: torch.nn.Module, tokens: torch.Tensor, args: argparse.Namespace
+) -> Callable[[], None]:
+    """One optimizer step of the report's recipe on next-token prediction."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    inputs, labels = tokens[:, :-1], tokens[:, 1:]
+    autocast = (
+        torch.autocast(args.device, dtype=torch.bfloat16) if args.bf16 else nullcontext()
+    )
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        with autocast:
+            logits = model(inputs)  # (B, T, V)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    return step
+
+
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn: Callable[[], Any], device: str) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process) of one call."""
+    synchronize(device)
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def count_flops(fn: Callable[[], Any]) -> int:
+    """FLOPs of one call, as FlopCounterMode counts them (matmul-family ops only)."""
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops()
+
+
+def peak_memory(fn: Callable[[], Any], device: str) -> int | None:
+    """Peak bytes allocated during one call, above what was live when it started."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        start = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - start
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        from torch.profiler._memory_profiler import Action
+
+        with profile(
+            activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True
+        ) as prof:
+            fn()
+        current = peak = 0
+        for _, action, _, size in prof._memory_profile().timeline:
+            if action == Action.CREATE:
+                current += size
+            elif action == Action.DESTROY:
+                current -= size
+            peak = max(peak, current)
+        return peak
+    except Exception:  # noqa: BLE001 - a private API: report "not measured" rather than fail
+        return None
+
+
+def mm_rate(args: argparse.Namespace) -> float:
+    """GFLOP/s of torch.mm on the step's largest projection shape (B*T, d) x (d, 2 d_ff)."""
+    m, k, n = args.batch * args.length, args.d_model, 2 * args.d_ff
+    dtype = torch.bfloat16 if args.bf16 else torch.float32
+    a = torch.randn(m, k, device=args.device, dtype=dtype)
+    b = torch.randn(k, n, device=args.device, dtype=dtype)
+    for _ in range(3):
+        torch.mm(a, b)
+    times = [timed(lambda: torch.mm(a, b), args.device)[0] for _ in range(max(5, args.repeats))]
+    return 2 * m * k * n / statistics.median(times) / 1e9
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def bench_train(args: argparse.Namespace) -> dict[str, Any]:
+    models = build_variants(args)
+    generator = torch.Generator().manual_seed(args.seed)
+    tokens = torch.randint(1, 140, (args.batch, args.length + 1), generator=generator)
+    tokens = tokens.to(args.device)
+    steps = {name: train_step_fn(m, tokens, args) for name, m in models.items()}
+    if args.cuda_graph:
+        steps = {name: cuda_graphed(fn) for name, fn in steps.items()}
+    wall: dict[str, list[float]] = {name: [] for name in steps}
+    cpu: dict[str, list[float]] = {name: [] for name in steps}
+    for round_ in range(args.warmup + args.repeats):
+        for name, fn in steps.items():  # interleaved: load drift hits every variant alike
+            w, c = timed(fn, args.device)
+            if round_ >= args.warmup:
+                wall[name].append(w)
+                cpu[name].append(c)
+            print(f"  round {round_ + 1 - args.warmup:>2} {name:<12} {w:8.3f} s", flush=True)
+    forward_backward = {
+        name: (lambda m=m: F.cross_entropy(m(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten()).backward())
+        for name, m in models.items()
+    }
+    flops = {name: count_flops(fn) for name, fn in forward_backward.items()}
+    memory = {name: peak_memory(fn, args.device) for name, fn in steps.items()} if args.memory else {}
+    rate = mm_rate(args)
+    rows = {}
+    for name in steps:
+        med = statistics.median(wall[name])
+        rows[name] = {
+            "params": sum(p.numel() for p in models[name].parameters()),
+            "wall_s": summary(wall[name]),
+            "cpu_s": summary(cpu[name]),
+            "flops": flops[name],
+            "gflops_per_s": flops[name] / med / 1e9,
+            "fraction_of_mm": flops[name] / med / 1e9 / rate,
+            "peak_bytes": memory.get(name),
+        }
+    return {"rows": rows, "mm_gflops_per_s": rate, "ratios": ratios(rows)}
+
+
+def ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Median step-time ratios (wall clock; ``cpu:`` = process CPU time) and FLOP ratios."""
+
+    def ratio(a: str, b: str, key: str, field: str = "median") -> float | None:
+        if a not in rows or b not in rows:
+            return None
+        x, y = rows[a][key], rows[b][key]
+        if isinstance(x, dict):
+            x, y = x[field], y[field]
+        return None if x is None or y is None else x / y
+
+    out = {
+        "rlt1/rlt0": ratio("rlt1", "rlt0", "wall_s"),
+        "rlt2/rlt0": ratio("rlt2", "rlt0", "wall_s"),
+        "rlt1/transformer": ratio("rlt1", "transformer", "wall_s"),
+        "rlt0/transformer": ratio("rlt0", "transformer", "wall_s"),
+        "flops_rlt1/rlt0": ratio("rlt1", "rlt0", "flops"),
+        "memory_rlt1/rlt0": ratio("rlt1", "rlt0", "peak_bytes"),
+        "cpu:rlt1/rlt0": ratio("rlt1", "rlt0", "cpu_s"),
+        "cpu:rlt2/rlt0": ratio("rlt2", "rlt0", "cpu_s"),
+        "cpu:rlt1/transformer": ratio("rlt1", "transformer", "cpu_s"),
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def cuda_graphed(step: Callable[[], None]) -> Callable[[], None]:
+    """Capture a whole training step in a CUDA graph (static shapes, no host sync inside)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):  # warm up allocator and optimizer state outside the capture
+            step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph.replay
+
+
+def bench_stream(args: argparse.Namespace) -> dict[str, Any]:
+    """Prefill throughput, decode latency at each position, state bytes per sequence."""
+    models = build_variants(args)
+    last = max(args.positions)
+    generator = torch.Generator().manual_seed(args.seed)
+    tokens = torch.randint(1, 140, (args.stream_batch, last + 1), generator=generator)
+    tokens = tokens.to(args.device)
+    rows: dict[str, Any] = {}
+    with torch.no_grad():
+        for name, model in models.items():
+            model.eval()
+            prefill = []
+            for _ in range(max(3, args.repeats // 2)):
+                w, _ = timed(lambda m=model: m.prefill(tokens[:, :last], m.init_state(args.stream_batch)), args.device)
+                prefill.append(w)
+            latency, state_bytes, recurrent_bytes = {}, {}, {}
+            for p in args.positions:
+                _, state = model.prefill(tokens[:, :p], model.init_state(args.stream_batch))
+                times = []
+                for _ in range(max(5, args.repeats)):  # consecutive steps from position p
+                    out: list = []
+                    token = tokens[:, p]
+                    times.append(timed(lambda m=model, s=state, t=token: out.append(m.step(t, s)), args.device)[0])
+                    state = out[0][1]
+                latency[p] = statistics.median(times)
+                state_bytes[p] = state.nbytes() / args.stream_batch
+                recurrent = getattr(state, "recurrent_nbytes", None)
+                recurrent_bytes[p] = None if recurrent is None else recurrent() / args.stream_batch
+            rows[name] = {
+                "prefill_tokens_per_s": args.stream_batch * last / statistics.median(prefill),
+                "decode_s": latency,
+                "state_bytes_per_seq": state_bytes,
+                "recurrent_state_bytes_per_seq": recurrent_bytes,
+            }
+            print(f"  {name:<12} done", flush=True)
+    first, final = min(args.positions), max(args.positions)
+    growth = {name: r["decode_s"][final] / r["decode_s"][first] for name, r in rows.items()}
+    return {"rows": rows, f"decode_{final}/decode_{first}": growth}
+
+
+def print_train(result: dict[str, Any], args: argparse.Namespace) -> None:
+    rows, rate = result["rows"], result["mm_gflops_per_s"]
+    base = rows.get("rlt0")
+    tf = rows.get("transformer")
+    print(f"\ntraining step, {args.preset} d={args.d_model} split {args.split} batch {args.batch} "
+          f"length {args.length} threads {torch.get_num_threads()} {'bf16' if args.bf16 else 'fp32'}")
+    header = (f"{'variant':<12}{'params':>12}{'median s':>10}{'min-max s':>16}{'cpu s':>8}"
+              f"{'x rlt0':>8}{'x tf':>7}{'GFLOP':>9}{'GFLOP/s':>9}{'% mm':>6}{'peak MB':>9}")
+    print(header)
+    for name, r in rows.items():
+        med = r["wall_s"]["median"]
+        x0 = f"{med / base['wall_s']['median']:.2f}" if base else "-"
+        xt = f"{med / tf['wall_s']['median']:.2f}" if tf else "-"
+        peak = "-" if r["peak_bytes"] is None else f"{r['peak_bytes'] / 2**20:.0f}"
+        print(f"{name:<12}{r['params']:>12,}{med:>10.3f}"
+              f"{r['wall_s']['min']:>8.3f}-{r['wall_s']['max']:<7.3f}{r['cpu_s']['median']:>8.3f}"
+              f"{x0:>8}{xt:>7}{r['flops'] / 1e9:>9.1f}{r['gflops_per_s']:>9.1f}"
+              f"{100 * r['fraction_of_mm']:>6.0f}{peak:>9}")
+    print(f"torch.mm reference ({args.batch * args.length}x{args.d_model} @ {args.d_model}x{2 * args.d_ff}): "
+          f"{rate:.1f} GFLOP/s")
+    print("ratios: " + ", ".join(f"{k} = {v:.3f}" for k, v in result["ratios"].items()))
+
+
+def print_stream(result: dict[str, Any], args: argparse.Namespace) -> None:
+    rows = result["rows"]
+    print(f"\nstreaming, batch {args.stream_batch}, d={args.d_model} split {args.split}")
+    cols = "".join(f"{'decode@' + str(p) + ' ms':>16}" for p in args.positions)
+    print(f"{'variant':<12}{'prefill tok/s':>14}{cols}{'state KB/seq @' + str(max(args.positions)):>20}{'recurrent KB':>14}")
+    for name, r in rows.items():
+        last = max(args.positions)
+        rec = r["recurrent_state_bytes_per_seq"][last]
+        print(f"{name:<12}{r['prefill_tokens_per_s']:>14.0f}"
+              + "".join(f"{1e3 * r['decode_s'][p]:>16.2f}" for p in args.positions)
+              + f"{r['state_bytes_per_seq'][last] / 1024:>20.1f}{'-' if rec is None else f'{rec / 1024:.1f}':>14}")
+    key = next(k for k in result if k.startswith("decode_"))
+    print(f"{key}: " + ", ".join(f"{k} = {v:.2f}" for k, v in result[key].items()))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m rlt.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="paper")
+    parser.add_argument("--d-model", type=int)
+    parser.add_argument("--n-heads", type=int)
+    parser.add_argument("--d-ff", type=int)
+    parser.add_argument("--split", help="encoder+decoder blocks, e.g. 4+4")
+    parser.add_argument("--batch", type=int, help="micro-batch of the training step")
+    parser.add_argument("--length", type=int, help="sequence length of the training step")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma list of " + ",".join(VARIANTS))
+    parser.add_argument("--rlt2-interval", type=int, default=4, help="B of the rlt2 variant")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--mode", choices=["train", "stream", "both"], default="train")
+    parser.add_argument("--positions", default="16,64,256,512", help="decode positions (stream)")
+    parser.add_argument("--stream-batch", type=int, default=1)
+    parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip peak memory")
+    parser.add_argument("--plain", action="store_true", help="RLT-1/2 on the plain autograd path")
+    parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--cuda-graph", action="store_true", help="replay each step as a CUDA graph")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="also write the numbers to this file")
+    args = parser.parse_args(argv)
+    for key, value in PRESETS[args.preset].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = set(args.variants) - set(VARIANTS)
+    if unknown:
+        parser.error(f"--variants: unknown {sorted(unknown)}; choose from {','.join(VARIANTS)}")
+    args.positions = sorted(int(p) for p in args.positions.split(","))
+    if args.cuda_graph and args.device != "cuda":
+        parser.error("--cuda-graph needs --device cuda")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()
+    result: dict[str, Any] = {
+        "config": {k: v for k, v in vars(args).items() if k != "json"},
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+        },
+    }
+    if args.mode in ("train", "both"):
+        result["train"] = bench_train(args)
+        result["ratios"] = result["train"]["ratios"]
+        print_train(result["train"], args)
+    if args.mode in ("stream", "both"):
+        result["stream"] = bench_stream(args)
+        print_stream(result["stream"], args)
+    result["machine"]["loadavg_before_after"] = [load_before[0], os.getloadavg()[0]]
+    print(f"load average (1 min) before/after: {load_before[0]:.2f} / {os.getloadavg()[0]:.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2, default=str)
+    return result
+
+
+if __name__ == "__main__":
+    main()
