@@ -58,7 +58,9 @@ def build_variants(args: argparse.Namespace) -> dict[str, torch.nn.Module]:
             torch.manual_seed(args.seed)
             models[name] = build_model(TransformerConfig(n_layers=n_enc + n_dec, **common))
         elif name == "rlt0":
-            rlt0 = build_model(RLTConfig(n_enc=n_enc, n_dec=n_dec, feedback_interval=None, **common))
+            rlt0 = build_model(
+                RLTConfig(n_enc=n_enc, n_dec=n_dec, feedback_interval=None, **common)
+            )
             missing = rlt0.load_state_dict(rlt1.state_dict(), strict=False).missing_keys
             assert not missing, f"RLT-0 parameters missing from RLT-1: {missing}"
             models[name] = rlt0
@@ -74,11 +76,15 @@ def train_step_fn(
     model: torch.nn.Module, tokens: torch.Tensor, args: argparse.Namespace
 ) -> Callable[[], None]:
     """One optimizer step of the report's recipe on next-token prediction."""
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
-    inputs, labels = tokens[:, :-1], tokens[:, 1:]
-    autocast = (
-        torch.autocast(args.device, dtype=torch.bfloat16) if args.bf16 else nullcontext()
+    opt = torch.optim.AdamW(
+        model.parameters(),
+        lr=1e-4,
+        betas=(0.9, 0.95),
+        weight_decay=0.1,
+        capturable=args.cuda_graph,  # step count on the device: no host sync inside a graph
     )
+    inputs, labels = tokens[:, :-1], tokens[:, 1:]
+    autocast = torch.autocast(args.device, dtype=torch.bfloat16) if args.bf16 else nullcontext()
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
@@ -127,7 +133,10 @@ def peak_memory(fn: Callable[[], Any], device: str) -> int | None:
         from torch.profiler._memory_profiler import Action
 
         with profile(
-            activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True
+            activities=[ProfilerActivity.CPU],
+            profile_memory=True,
+            record_shapes=True,
+            with_stack=True,
         ) as prof:
             fn()
         current = peak = 0
@@ -176,11 +185,17 @@ def bench_train(args: argparse.Namespace) -> dict[str, Any]:
                 cpu[name].append(c)
             print(f"  round {round_ + 1 - args.warmup:>2} {name:<12} {w:8.3f} s", flush=True)
     forward_backward = {
-        name: (lambda m=m: F.cross_entropy(m(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten()).backward())
+        name: (
+            lambda m=m: F.cross_entropy(
+                m(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten()
+            ).backward()
+        )
         for name, m in models.items()
     }
     flops = {name: count_flops(fn) for name, fn in forward_backward.items()}
-    memory = {name: peak_memory(fn, args.device) for name, fn in steps.items()} if args.memory else {}
+    memory = (
+        {name: peak_memory(fn, args.device) for name, fn in steps.items()} if args.memory else {}
+    )
     rate = mm_rate(args)
     rows = {}
     for name in steps:
@@ -236,6 +251,16 @@ def cuda_graphed(step: Callable[[], None]) -> Callable[[], None]:
     return graph.replay
 
 
+class _Step:
+    """One decode step as a zero-argument call that keeps the new state."""
+
+    def __init__(self, model: torch.nn.Module, token: torch.Tensor, state: Any) -> None:
+        self.model, self.token, self.state = model, token, state
+
+    def __call__(self) -> None:
+        _, self.state = self.model.step(self.token, self.state)
+
+
 def bench_stream(args: argparse.Namespace) -> dict[str, Any]:
     """Prefill throughput, decode latency at each position, state bytes per sequence."""
     models = build_variants(args)
@@ -249,17 +274,19 @@ def bench_stream(args: argparse.Namespace) -> dict[str, Any]:
             model.eval()
             prefill = []
             for _ in range(max(3, args.repeats // 2)):
-                w, _ = timed(lambda m=model: m.prefill(tokens[:, :last], m.init_state(args.stream_batch)), args.device)
+                w, _ = timed(
+                    lambda m=model: m.prefill(tokens[:, :last], m.init_state(args.stream_batch)),
+                    args.device,
+                )
                 prefill.append(w)
             latency, state_bytes, recurrent_bytes = {}, {}, {}
             for p in args.positions:
                 _, state = model.prefill(tokens[:, :p], model.init_state(args.stream_batch))
                 times = []
                 for _ in range(max(5, args.repeats)):  # consecutive steps from position p
-                    out: list = []
-                    token = tokens[:, p]
-                    times.append(timed(lambda m=model, s=state, t=token: out.append(m.step(t, s)), args.device)[0])
-                    state = out[0][1]
+                    step = _Step(model, tokens[:, p], state)
+                    times.append(timed(step, args.device)[0])
+                    state = step.state
                 latency[p] = statistics.median(times)
                 state_bytes[p] = state.nbytes() / args.stream_batch
                 recurrent = getattr(state, "recurrent_nbytes", None)
@@ -280,22 +307,30 @@ def print_train(result: dict[str, Any], args: argparse.Namespace) -> None:
     rows, rate = result["rows"], result["mm_gflops_per_s"]
     base = rows.get("rlt0")
     tf = rows.get("transformer")
-    print(f"\ntraining step, {args.preset} d={args.d_model} split {args.split} batch {args.batch} "
-          f"length {args.length} threads {torch.get_num_threads()} {'bf16' if args.bf16 else 'fp32'}")
-    header = (f"{'variant':<12}{'params':>12}{'median s':>10}{'min-max s':>16}{'cpu s':>8}"
-              f"{'x rlt0':>8}{'x tf':>7}{'GFLOP':>9}{'GFLOP/s':>9}{'% mm':>6}{'peak MB':>9}")
+    print(
+        f"\ntraining step, {args.preset} d={args.d_model} split {args.split} batch {args.batch} "
+        f"length {args.length} threads {torch.get_num_threads()} {'bf16' if args.bf16 else 'fp32'}"
+    )
+    header = (
+        f"{'variant':<12}{'params':>12}{'median s':>10}{'min-max s':>16}{'cpu s':>8}"
+        f"{'x rlt0':>8}{'x tf':>7}{'GFLOP':>9}{'GFLOP/s':>9}{'% mm':>6}{'peak MB':>9}"
+    )
     print(header)
     for name, r in rows.items():
         med = r["wall_s"]["median"]
         x0 = f"{med / base['wall_s']['median']:.2f}" if base else "-"
         xt = f"{med / tf['wall_s']['median']:.2f}" if tf else "-"
         peak = "-" if r["peak_bytes"] is None else f"{r['peak_bytes'] / 2**20:.0f}"
-        print(f"{name:<12}{r['params']:>12,}{med:>10.3f}"
-              f"{r['wall_s']['min']:>8.3f}-{r['wall_s']['max']:<7.3f}{r['cpu_s']['median']:>8.3f}"
-              f"{x0:>8}{xt:>7}{r['flops'] / 1e9:>9.1f}{r['gflops_per_s']:>9.1f}"
-              f"{100 * r['fraction_of_mm']:>6.0f}{peak:>9}")
-    print(f"torch.mm reference ({args.batch * args.length}x{args.d_model} @ {args.d_model}x{2 * args.d_ff}): "
-          f"{rate:.1f} GFLOP/s")
+        print(
+            f"{name:<12}{r['params']:>12,}{med:>10.3f}"
+            f"{r['wall_s']['min']:>8.3f}-{r['wall_s']['max']:<7.3f}{r['cpu_s']['median']:>8.3f}"
+            f"{x0:>8}{xt:>7}{r['flops'] / 1e9:>9.1f}{r['gflops_per_s']:>9.1f}"
+            f"{100 * r['fraction_of_mm']:>6.0f}{peak:>9}"
+        )
+    print(
+        f"torch.mm reference ({args.batch * args.length}x{args.d_model} @ {args.d_model}x{2 * args.d_ff}): "
+        f"{rate:.1f} GFLOP/s"
+    )
     print("ratios: " + ", ".join(f"{k} = {v:.3f}" for k, v in result["ratios"].items()))
 
 
@@ -303,19 +338,25 @@ def print_stream(result: dict[str, Any], args: argparse.Namespace) -> None:
     rows = result["rows"]
     print(f"\nstreaming, batch {args.stream_batch}, d={args.d_model} split {args.split}")
     cols = "".join(f"{'decode@' + str(p) + ' ms':>16}" for p in args.positions)
-    print(f"{'variant':<12}{'prefill tok/s':>14}{cols}{'state KB/seq @' + str(max(args.positions)):>20}{'recurrent KB':>14}")
+    print(
+        f"{'variant':<12}{'prefill tok/s':>14}{cols}{'state KB/seq @' + str(max(args.positions)):>20}{'recurrent KB':>14}"
+    )
     for name, r in rows.items():
         last = max(args.positions)
         rec = r["recurrent_state_bytes_per_seq"][last]
-        print(f"{name:<12}{r['prefill_tokens_per_s']:>14.0f}"
-              + "".join(f"{1e3 * r['decode_s'][p]:>16.2f}" for p in args.positions)
-              + f"{r['state_bytes_per_seq'][last] / 1024:>20.1f}{'-' if rec is None else f'{rec / 1024:.1f}':>14}")
+        print(
+            f"{name:<12}{r['prefill_tokens_per_s']:>14.0f}"
+            + "".join(f"{1e3 * r['decode_s'][p]:>16.2f}" for p in args.positions)
+            + f"{r['state_bytes_per_seq'][last] / 1024:>20.1f}{'-' if rec is None else f'{rec / 1024:.1f}':>14}"
+        )
     key = next(k for k in result if k.startswith("decode_"))
     print(f"{key}: " + ", ".join(f"{k} = {v:.2f}" for k, v in result[key].items()))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m rlt.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m rlt.bench", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--preset", choices=sorted(PRESETS), default="paper")
     parser.add_argument("--d-model", type=int)
     parser.add_argument("--n-heads", type=int)
@@ -324,7 +365,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, help="micro-batch of the training step")
     parser.add_argument("--length", type=int, help="sequence length of the training step")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma list of " + ",".join(VARIANTS))
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help="comma list of " + ",".join(VARIANTS)
+    )
     parser.add_argument("--rlt2-interval", type=int, default=4, help="B of the rlt2 variant")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
@@ -335,7 +378,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--plain", action="store_true", help="RLT-1/2 on the plain autograd path")
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--cuda-graph", action="store_true", help="replay each step as a CUDA graph")
+    parser.add_argument(
+        "--cuda-graph", action="store_true", help="replay each step as a CUDA graph"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the numbers to this file")
     args = parser.parse_args(argv)

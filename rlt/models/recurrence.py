@@ -1,21 +1,20 @@
 """The fused decoder recurrence: the training path of RLT-1 and RLT-2, with a hand-written backward.
 
 Why: with autograd, every token adds ~45 small graph nodes per decoder block, and every weight
-gets T separate (d x 64) gradient matmuls that autograd then sums one by one. Here the token
-loop runs on preallocated time-major buffers with no graph at all, and the backward loop
-carries only what is truly sequential (the gradient chain through the blocks and the state);
-everything else is done once over all positions, batched:
-
-- before the backward loop: RMSNorm statistics, SwiGLU and gate derivatives, folded weights;
-- after it: every weight gradient as one (T*N)-deep matmul, the memory K/V gradients as one
-  batched matmul per layer, norm-weight gradients as one reduction.
+gets T separate (d x 64)-deep gradient matmuls that autograd then sums one by one. Here the
+token loop writes into preallocated buffers with no graph at all, and the backward loop
+carries only what is truly sequential (the gradient chain through the blocks, the SWA caches
+and the state); the rest is done once over all positions, batched, after the loop: every
+weight gradient as one (T*N)-deep matmul, the memory K/V gradients as one batched matmul per
+layer, the norm-weight gradients as one reduction.
 
 Semantics are exactly ``RecurrentLoopedTransformer.decode`` from the initial state (chunks of
 B anchored at 0, TBPTT cuts of s and the SWA caches); tests/models/test_model_fused.py checks
 outputs and every gradient against that plain autograd path.
 
-Layouts: ``(T, N, ...)`` time-major for per-position activations, so a chunk is one contiguous
-slice; ``(N, H, T, Dh)`` for keys/values/queries that attention batches over heads.
+Layouts: per-position activations are time-major ``(T, N, ...)``, so a chunk is one
+contiguous slice; attention operands follow ``TimeMajor`` or ``HeadMajor`` (chosen by head
+dim for the window, always ``HeadMajor`` for the memory), see ``MATMUL_HEAD_DIM``.
 """
 
 from __future__ import annotations
@@ -60,7 +59,9 @@ def rope_tables(freqs: Tensor | None, length: int, head_dim: int, like: Tensor) 
     The backward applies the conjugates: a rotation's transpose is its inverse.
     """
     if freqs is None:  # pos_encoding="none": the identity rotation
-        freqs = torch.ones(length, head_dim // 2, dtype=complex_dtype(like.dtype), device=like.device)
+        freqs = torch.ones(
+            length, head_dim // 2, dtype=complex_dtype(like.dtype), device=like.device
+        )
     return torch.stack([freqs * head_dim**-0.5, freqs], dim=1)[:, None, :, None, :]
 
 
@@ -73,98 +74,178 @@ def _rotate(x: Tensor, rotation: Tensor) -> None:
         x.copy_(torch.view_as_real(pairs * rotation).flatten(-2))
 
 
-def _inv_rms(x: Tensor, eps: Tensor) -> Tensor:
-    """1 / sqrt(mean(x^2) + eps) over the last dim, as (..., 1), in three kernels.
+def _normalize(x: Tensor, eps: Tensor, xhat: Tensor, inv: Tensor) -> Tensor:
+    """xhat = x / sqrt(mean(x^2) + eps) into ``xhat``, with 1/rms into ``inv`` (..., 1).
 
-    F.rms_norm on CPU decomposes into ~17 kernels (dtype round trips included), which
-    dominates a per-token loop at small widths. ``eps`` is a 0-dim tensor: a Python float
-    would be converted on every call.
+    The norm weight is folded into the next matmul. Three kernels: F.rms_norm on CPU
+    decomposes into ~17 (dtype round trips included), which dominates a per-token loop at
+    small widths. ``eps`` is a 0-dim tensor: a Python float would be converted every call.
     """
     norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-    return torch.addcmul(eps, norm, norm, value=1.0 / x.shape[-1]).rsqrt_()
-
-
-def _norm_terms(x: Tensor, weight: Tensor, eps: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """For h = weight * x / rms(x): xhat = x / rms(x), and the three factors of the backward,
-    weight / rms, weight * xhat and xhat / (rms * d) (see ``_rms_backward``)."""
-    inv = _inv_rms(x, eps)  # (..., 1)
-    xhat = x * inv
-    return xhat, weight * inv, weight * xhat, xhat * (inv / x.shape[-1])
+    torch.addcmul(eps, norm, norm, value=1.0 / x.shape[-1], out=inv).rsqrt_()
+    return torch.mul(x, inv, out=xhat)
 
 
 def _rms_backward(
-    dh: Tensor, w_inv: Tensor, w_xhat: Tensor, xi: Tensor, residual: Tensor | None, out: Tensor
+    dh: Tensor, weight: Tensor, xhat: Tensor, inv: Tensor, residual: Tensor | None, out: Tensor
 ) -> Tensor:
-    """dL/dx (+ a residual gradient) into ``out``, from dL/dh of h = w * x / rms(x):
-    dx = (w / rms) dh - xhat / (rms d) <dh, w xhat>."""
-    dot = torch.linalg.vecdot(dh, w_xhat).unsqueeze(-1)  # (..., 1)
-    base = dh * w_inv if residual is None else torch.addcmul(residual, dh, w_inv)
-    return torch.addcmul(base, xi, dot, value=-1.0, out=out)
+    """dL/dx (+ a residual gradient) into ``out``, from dL/dh of h = weight * xhat, xhat = x * inv:
+    g = weight * dh, dx = inv * (g - xhat <g, xhat> / d)."""
+    g = dh * weight
+    dot = torch.linalg.vecdot(g, xhat).unsqueeze(-1)  # (..., 1)
+    base = g * inv if residual is None else torch.addcmul(residual, g, inv)
+    return torch.addcmul(base, xhat, dot * inv, value=-1.0 / dh.shape[-1], out=out)
 
 
-# Attention on (N, H, L, Dh) operands. Below this head dim, N*H tiny matrix products cost more
-# in BLAS call overhead than broadcasting elementwise products; from it on, BLAS wins
-# (measured on the bench machine: 2x either way at Dh=16 and Dh=128).
+class TimeMajor:
+    """Attention with time leading: keys/values (L, N, H, Dh), probabilities (c, L, N, H).
+
+    For small head dims: N*H tiny matrix products would cost more in BLAS call overhead
+    than these elementwise products and sums over contiguous rows (and softmax over a short
+    last dim is slow on CPU; here it runs over the leading dim).
+    """
+
+    @staticmethod
+    def kv_buffer(n_layers: int, slots: int, n: int, h: int, dh: int, like: Tensor) -> Tensor:
+        return like.new_zeros(n_layers, slots, n, h, dh)
+
+    @staticmethod
+    def put(buffer: Tensor, slots: slice, x: Tensor) -> None:
+        buffer[slots] = x  # x (c, N, H, Dh)
+
+    @staticmethod
+    def keys(buffer: Tensor, slots: slice) -> Tensor:
+        return buffer[slots]  # (L, N, H, Dh)
+
+    @staticmethod
+    def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, out: Tensor) -> Tensor:
+        """Scaled q (c, N, H, Dh) over k, v (L, N, H, Dh); True in mask (c, L) = may attend.
+        Writes the output (c, N, H, Dh) into ``out``; returns the probabilities."""
+        scores = (q[:, None] * k[None]).sum(-1)  # (c, L, N, H)
+        if mask is not None:
+            scores.masked_fill_(~mask[:, :, None, None], float("-inf"))
+        p = torch.softmax(scores, dim=1)
+        torch.sum(p[..., None] * v[None], dim=1, out=out)
+        return p
+
+    @staticmethod
+    def attend_backward(p: Tensor, da: Tensor, k: Tensor, v: Tensor, dq: Tensor) -> Tensor:
+        """Score gradients from dL/d(output) da (c, N, H, Dh); dL/dq goes into dq."""
+        dp = (da[:, None] * v[None]).sum(-1)  # (c, L, N, H)
+        ds = p * (dp - (dp * p).sum(1, keepdim=True))
+        torch.sum(ds[..., None] * k[None], dim=1, out=dq)
+        return ds
+
+    @staticmethod
+    def accumulate(acc: Tensor, weights: Tensor, first: int, x: Tensor) -> None:
+        """acc (L', N, H, Dh) += sum_c weights[:, first:] (c, L', N, H) * x (c, N, H, Dh)."""
+        if weights.shape[0] == 1:
+            acc.addcmul_(weights[0, first:, ..., None], x[0])
+        else:
+            acc += (weights[:, first:, ..., None] * x[:, None]).sum(0)
+
+    @staticmethod
+    def own(buffer: Tensor, slots: slice) -> Tensor:
+        return buffer[slots]  # (c, N, H, Dh)
+
+
+class HeadMajor:
+    """Attention with heads leading: keys/values (N, H, L, Dh), probabilities (N, H, c, L).
+
+    For large head dims, where N*H BLAS matrix products beat elementwise products.
+    """
+
+    @staticmethod
+    def kv_buffer(n_layers: int, slots: int, n: int, h: int, dh: int, like: Tensor) -> Tensor:
+        return like.new_zeros(n_layers, n, h, slots, dh)
+
+    @staticmethod
+    def put(buffer: Tensor, slots: slice, x: Tensor) -> None:
+        buffer[:, :, slots] = x.permute(1, 2, 0, 3)
+
+    @staticmethod
+    def keys(buffer: Tensor, slots: slice) -> Tensor:
+        return buffer[:, :, slots]  # (N, H, L, Dh)
+
+    @staticmethod
+    def p2_buffer(n_layers: int, t_len: int, n: int, h: int, like: Tensor) -> Tensor:
+        return like.new_zeros(n_layers, n, h, t_len, t_len)
+
+    @staticmethod
+    def p2(buffer: Tensor, rows: slice, keys: int) -> Tensor:
+        return buffer[:, :, rows, :keys]  # (N, H, c, b)
+
+    @staticmethod
+    def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, out: Tensor) -> Tensor:
+        scores = q.permute(1, 2, 0, 3) @ k.transpose(-1, -2)  # (N, H, c, L)
+        if mask is not None:
+            scores.masked_fill_(~mask, float("-inf"))
+        p = torch.softmax(scores, dim=-1)
+        out.copy_((p @ v).permute(2, 0, 1, 3))
+        return p
+
+    @staticmethod
+    def attend_backward(p: Tensor, da: Tensor, k: Tensor, v: Tensor, dq: Tensor) -> Tensor:
+        dp = da.permute(1, 2, 0, 3) @ v.transpose(-1, -2)  # (N, H, c, L)
+        ds = p * (dp - (dp * p).sum(-1, keepdim=True))
+        dq.copy_((ds @ k).permute(2, 0, 1, 3))
+        return ds
+
+    @staticmethod
+    def accumulate(acc: Tensor, weights: Tensor, first: int, x: Tensor) -> None:
+        """acc (N, H, L', Dh) += weights[..., first:]^T (N, H, L', c) x (N, H, c, Dh)."""
+        w = weights[..., first:].transpose(-1, -2)
+        x = x.permute(1, 2, 0, 3)
+        if w.shape[-1] == 1:
+            acc.addcmul_(w, x)
+        else:
+            acc += w @ x
+
+    @staticmethod
+    def own(buffer: Tensor, slots: slice) -> Tensor:
+        return buffer[:, :, slots].permute(2, 0, 1, 3)  # (c, N, H, Dh)
+
+    @staticmethod
+    def memory_grad(p2: Tensor, x: Tensor) -> Tensor:
+        """p2^T x: (N, H, T, T), (T, N, H, Dh) -> (N, H, T, Dh)."""
+        return p2.transpose(-1, -2) @ x.permute(1, 2, 0, 3)
+
+
+# The sliding window uses TimeMajor below this head dim and HeadMajor from it on (measured on
+# the bench machine: about 2x either way at Dh=16 and Dh=128). The memory attention always
+# uses HeadMajor: over a prefix of up to T keys, BLAS wins even at Dh=16.
 MATMUL_HEAD_DIM = 64
 
 
-def _scores(q: Tensor, k: Tensor) -> Tensor:
-    """(N, H, c, Dh) x (N, H, L, Dh) -> (N, H, c, L)."""
-    if q.shape[-1] >= MATMUL_HEAD_DIM:
-        return q @ k.transpose(-1, -2)
-    return (q[..., :, None, :] * k[..., None, :, :]).sum(-1)
-
-
-def _mix(p: Tensor, v: Tensor, out: Tensor | None = None) -> Tensor:
-    """(N, H, c, L) x (N, H, L, Dh) -> (N, H, c, Dh), optionally into ``out``."""
-    if v.shape[-1] >= MATMUL_HEAD_DIM:
-        mixed = p @ v
-        return mixed if out is None else out.copy_(mixed)
-    return torch.sum(p[..., None] * v[..., None, :, :], dim=-2, out=out)
-
-
-def _outer_accumulate(acc: Tensor, p: Tensor, x: Tensor) -> None:
-    """acc (N, H, L, Dh) += p^T (N, H, L, c) x (N, H, c, Dh)."""
-    if p.shape[-2] == 1:
-        acc.addcmul_(p.transpose(-1, -2), x)
-    else:
-        acc += p.transpose(-1, -2) @ x
-
-
-def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Scaled queries (N, H, c, Dh) over keys/values (N, H, L, Dh), True in mask (c, L) = may
-    attend. Returns the probabilities (N, H, c, L) (kept for the backward) and the output."""
-    scores = _scores(q, k)
-    if mask is not None:
-        scores.masked_fill_(~mask, float("-inf"))
-    p = torch.softmax(scores, dim=-1)
-    return p, _mix(p, v)
-
-
-def _attend_backward(p: Tensor, da: Tensor, k: Tensor, v: Tensor, dq: Tensor) -> Tensor:
-    """Score gradients (N, H, c, L) from dL/d(output) da (N, H, c, Dh); dL/dq goes into dq."""
-    dp = _scores(da, v)  # (N, H, c, L)
-    ds = p * (dp - (dp * p).sum(-1, keepdim=True))
-    _mix(ds, k, out=dq)
-    return ds
+def layout_for(head_dim: int) -> type[TimeMajor] | type[HeadMajor]:
+    return HeadMajor if head_dim >= MATMUL_HEAD_DIM else TimeMajor
 
 
 class _Saved:
     """Buffers the forward fills and the backward reads (a plain namespace)."""
 
 
-def _heads(x: Tensor) -> Tensor:
-    """Time-major (c, N, H, Dh) as head-major (N, H, c, Dh), a view."""
-    return x.permute(1, 2, 0, 3)
+def _split(x: Tensor, sizes: list[int], *shape: int) -> tuple[Tensor, ...]:
+    """One view per chunk of a time-major buffer x (T, ...), each viewed as (c, *shape) or,
+    with ``shape == (-1, k)``, flattened to (c * N, k). Made once per call: indexing inside
+    the token loop would cost a few microseconds of Python per view, per token."""
+    if shape and shape[0] == -1:
+        rows = x.shape[1]
+        return x.reshape(-1, shape[1]).split([c * rows for c in sizes])
+    chunks = x.split(sizes)
+    return tuple(t.view(t.shape[0], *shape) for t in chunks) if shape else chunks
 
 
-def _forward(spec: RecurrenceSpec, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers) -> _Saved:
+def _forward(
+    spec: RecurrenceSpec, ops, mops, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers
+) -> _Saved:
     t_len, n, d = e.shape
     h, n_layers, wm1, b_int = spec.n_heads, len(layers), spec.window - 1, spec.interval
     dh = d // h
     f = layers[0][8].shape[1] if layers else 0
     chunks = spec.chunks(t_len)
-    eps = e.new_tensor(spec.eps)
+    sizes = [b - a for a, b, _ in chunks]
+    eps = torch.full((), spec.eps, dtype=e.dtype, device=e.device)  # no host-to-device copy
     # norm weights folded into the following projections; cross queries carry 1/sqrt(Dh)
     folded = [
         (w_qkv * w_an, w_q * (w_cn * dh**-0.5), w_13 * w_fn)
@@ -173,104 +254,116 @@ def _forward(spec: RecurrenceSpec, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, 
     w_sp_folded = w_sp * w_sn
 
     sv = _Saved()
-    sv.chunks, sv.tables = chunks, tables
+    sv.chunks, sv.sizes, sv.tables = chunks, sizes, tables
     sv.S = e.new_empty(len(chunks), n, d)  # boundary state entering each chunk
-    sv.X = e.new_empty(n_layers + 1, t_len, n, d)  # X[l]: input of layer l; X[L]: outputs
-    sv.X1 = e.new_empty(n_layers, t_len, n, d)  # after SWA
-    sv.X2 = e.new_empty(n_layers, t_len, n, d)  # after cross-attention
+    sv.out = e.new_empty(t_len, n, d)  # decoder outputs s_t
+    sv.XH = e.new_empty(n_layers, 3, t_len, n, d)  # normalised inputs of SWA, cross, FFN
+    sv.INV = e.new_empty(n_layers, 3, t_len, n, 1)  # and their 1/rms
     sv.A1 = e.new_empty(n_layers, t_len, n, d)  # SWA output before its projection
     sv.A2 = e.new_empty(n_layers, t_len, n, d)  # cross-attention output before its projection
     sv.QC = e.new_empty(n_layers, t_len, n, d)  # scaled cross queries
     sv.Z13 = e.new_empty(n_layers, t_len, n, 2 * f)  # SwiGLU pre-activations [W1 h | W3 h]
     sv.QKV = e.new_empty(n_layers, t_len, n, 3, h, dh)  # q (scaled) and k rotated, v
-    # head-major keys/values, position t at W-1+t; the zero slots stand for positions < 0
-    sv.K = e.new_zeros(n_layers, n, h, t_len + wm1, dh)
-    sv.V = e.new_zeros(n_layers, n, h, t_len + wm1, dh)
-    sv.P1 = [[] for _ in layers]  # SWA probabilities per chunk, (N, H, c, W-1+c)
-    sv.P2 = e.new_zeros(n_layers, n, h, t_len, t_len)  # memory attention probabilities
+    # keys/values of position t in slot W-1+t; the zero slots stand for positions < 0
+    sv.K = ops.kv_buffer(n_layers, t_len + wm1, n, h, dh, e)
+    sv.V = ops.kv_buffer(n_layers, t_len + wm1, n, h, dh, e)
+    sv.P1 = [[] for _ in layers]  # SWA probabilities per chunk
+    sv.P2 = mops.p2_buffer(n_layers, t_len, n, h, e)  # memory attention probabilities
+    # the residual stream itself is only needed within a chunk: three scratch rows
+    scratch = e.new_empty(3, max(sizes), n, d)
+    x_in, x_1, x_2 = ([t[:c] for c in sizes] for t in scratch)
+
+    # per-chunk views, made once (see _split)
+    e_c, ge_c, out_c = _split(e, sizes), _split(ge, sizes), _split(sv.out, sizes)
+    rot_c = _split(tables, sizes)
+    xh_c = [[_split(t, sizes) for t in sv.XH[li]] for li in range(n_layers)]
+    inv_c = [[_split(t, sizes) for t in sv.INV[li]] for li in range(n_layers)]
+    qkv_c = [_split(sv.QKV[li], sizes) for li in range(n_layers)]
+    a1_c = [_split(sv.A1[li], sizes, n, h, dh) for li in range(n_layers)]
+    a2_c = [_split(sv.A2[li], sizes, n, h, dh) for li in range(n_layers)]
+    qc_c = [_split(sv.QC[li], sizes, n, h, dh) for li in range(n_layers)]
+    z13_c = [_split(sv.Z13[li], sizes, -1, 2 * f) for li in range(n_layers)]
 
     s = s0
     for ci, (a, b, _) in enumerate(chunks):
         c = b - a
         sv.S[ci].copy_(s)
         # gated merge: one (N, d) x (d, 2d) matmul per chunk, the rest elementwise
-        z = (s * _inv_rms(s, eps)) @ w_sp_folded.T  # (N, 2d): [gate half, W_s r]
-        gate = torch.sigmoid(ge[a:b] + z[:, :d])  # (c, N, d)
-        torch.addcmul(e[a:b], gate, z[:, d:] * spec.alpha, out=sv.X[0, a:b])
+        norm = torch.linalg.vector_norm(s, dim=-1, keepdim=True)
+        z = (s * torch.addcmul(eps, norm, norm, value=1.0 / d).rsqrt_()) @ w_sp_folded.T  # (N, 2d)
+        gate = torch.sigmoid(ge_c[ci] + z[:, :d])  # (c, N, d)
+        x = out_c[ci] if n_layers == 0 else x_in[ci]  # u, the first block's input
+        torch.addcmul(e_c[ci], gate, z[:, d:] * spec.alpha, out=x)
         swa_mask = window_mask(a, c, spec.window, e.device)  # (c, W-1+c) or None
         mem_mask = causal_mask(c, b, e.device)  # (c, b) or None
         window = slice(a, b + wm1)  # key slots of positions a-W+1 .. b-1
+        own, prefix = slice(a + wm1, b + wm1), slice(0, b)  # this chunk's slots; memory 0..b-1
         for li, (_, _, w_o, _, _, w_co, _, _, w_2) in enumerate(layers):
             f_qkv, f_q, f_13 = folded[li]
-            x = sv.X[li, a:b].view(c * n, d)
+            xh, inv = [t[ci] for t in xh_c[li]], [t[ci] for t in inv_c[li]]  # 3 x (c, N, d|1)
             # -- sliding-window self-attention over the layer's own keys
-            qkv = sv.QKV[li, a:b]  # (c, N, 3, H, Dh)
-            torch.mm(x * _inv_rms(x, eps), f_qkv.T, out=qkv.view(c * n, 3 * d))
-            _rotate(qkv[:, :, :2], tables[a:b])
-            sv.K[li, :, :, wm1 + a : wm1 + b] = _heads(qkv[:, :, 1])
-            sv.V[li, :, :, wm1 + a : wm1 + b] = _heads(qkv[:, :, 2])
-            p, att = _attend(_heads(qkv[:, :, 0]), sv.K[li, :, :, window], sv.V[li, :, :, window], swa_mask)
-            sv.P1[li].append(p)
-            sv.A1[li, a:b].view(c, n, h, dh).copy_(att.permute(2, 0, 1, 3))
-            x1 = sv.X1[li, a:b].view(c * n, d)
-            torch.addmm(x, sv.A1[li, a:b].view(c * n, d), w_o.T, out=x1)
+            qkv = qkv_c[li][ci]  # (c, N, 3, H, Dh)
+            _normalize(x, eps, xh[0], inv[0])
+            torch.mm(xh[0].view(c * n, d), f_qkv.T, out=qkv.view(c * n, 3 * d))
+            _rotate(qkv[:, :, :2], rot_c[ci])
+            ops.put(sv.K[li], own, qkv[:, :, 1])
+            ops.put(sv.V[li], own, qkv[:, :, 2])
+            keys, values = ops.keys(sv.K[li], window), ops.keys(sv.V[li], window)
+            sv.P1[li].append(ops.attend(qkv[:, :, 0], keys, values, swa_mask, out=a1_c[li][ci]))
+            x1 = x_1[ci]
+            torch.addmm(x.view(c * n, d), a1_c[li][ci].view(c * n, d), w_o.T, out=x1.view(c * n, d))
             # -- memory cross-attention over the prefix 0..b-1
-            qc = sv.QC[li, a:b]  # (c, N, d)
-            torch.mm(x1 * _inv_rms(x1, eps), f_q.T, out=qc.view(c * n, d))
-            p, att = _attend(_heads(qc.view(c, n, h, dh)), mem_k[:, :, :b], mem_v[:, :, :b], mem_mask)
-            sv.P2[li, :, :, a:b, :b] = p
-            sv.A2[li, a:b].view(c, n, h, dh).copy_(att.permute(2, 0, 1, 3))
-            x2 = sv.X2[li, a:b].view(c * n, d)
-            torch.addmm(x1, sv.A2[li, a:b].view(c * n, d), w_co.T, out=x2)
+            qc = qc_c[li][ci]  # (c, N, H, Dh)
+            _normalize(x1, eps, xh[1], inv[1])
+            torch.mm(xh[1].view(c * n, d), f_q.T, out=qc.view(c * n, d))
+            keys, values = mops.keys(mem_k, prefix), mops.keys(mem_v, prefix)
+            p = mops.attend(qc, keys, values, mem_mask, out=a2_c[li][ci])
+            mops.p2(sv.P2[li], slice(a, b), b).copy_(p)
+            x2 = x_2[ci]
+            torch.addmm(
+                x1.view(c * n, d), a2_c[li][ci].view(c * n, d), w_co.T, out=x2.view(c * n, d)
+            )
             # -- SwiGLU
-            z13 = sv.Z13[li, a:b].view(c * n, 2 * f)
-            torch.mm(x2 * _inv_rms(x2, eps), f_13.T, out=z13)
+            z13 = z13_c[li][ci]  # (c*N, 2f)
+            _normalize(x2, eps, xh[2], inv[2])
+            torch.mm(xh[2].view(c * n, d), f_13.T, out=z13)
             m = F.silu(z13[:, :f]) * z13[:, f:]  # (c*N, f)
-            torch.addmm(x2, m, w_2.T, out=sv.X[li + 1, a:b].view(c * n, d))
+            x = out_c[ci] if li == n_layers - 1 else x_in[ci]
+            torch.addmm(x2.view(c * n, d), m, w_2.T, out=x.view(c * n, d))
         if b % b_int == 0:
-            s = sv.X[n_layers, b - 1]  # a complete chunk: the next boundary state
+            s = out_c[ci][-1]  # a complete chunk: the next boundary state
     return sv
 
 
-def _backward(spec: RecurrenceSpec, sv: _Saved, grad_out: Tensor, tensors) -> list[Tensor | None]:
+def _backward(
+    spec: RecurrenceSpec, ops, mops, sv: _Saved, grad_out: Tensor, tensors
+) -> list[Tensor | None]:
     e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers = tensors
-    n_layers, t_len, n, d = sv.X.shape[0] - 1, *sv.X.shape[1:]
-    h, wm1, alpha = spec.n_heads, spec.window - 1, spec.alpha
+    t_len, n, d = sv.out.shape
+    n_layers, h, wm1, alpha = len(layers), spec.n_heads, spec.window - 1, spec.alpha
     dh = d // h
     f = layers[0][8].shape[1] if layers else 0
     scale = dh**-0.5
-    chunks = sv.chunks
-    eps = e.new_tensor(spec.eps)
+    chunks, sizes = sv.chunks, sv.sizes
+    silu_backward = torch.ops.aten.silu_backward.grad_input
     inverse_rotations = sv.tables.conj()  # (T, 1, 2, 1, Dh/2)
-
-    # -- batched preparation: everything that does not depend on the incoming gradient
-    norms = [
-        (
-            _norm_terms(sv.X[li], w_an, eps),
-            _norm_terms(sv.X1[li], w_cn, eps),
-            _norm_terms(sv.X2[li], w_fn, eps),
-        )
-        for li, (w_an, _, _, w_cn, _, _, w_fn, _, _) in enumerate(layers)
-    ]
-    swiglu = []  # d(silu(A) * Bv)/dA and /dBv, interleaved like Z13: (T, N, 2, f)
-    for li in range(n_layers):
-        pre_a, pre_b = sv.Z13[li, ..., :f], sv.Z13[li, ..., f:]
-        sig = torch.sigmoid(pre_a)
-        swiglu.append(torch.stack([pre_b * sig * (1 + pre_a * (1 - sig)), pre_a * sig], dim=2))
     w_q_scaled = [layer[4] * scale for layer in layers]
-    s_norm = _norm_terms(sv.S, w_sn, eps)  # boundary states (C, N, d)
-    r = s_norm[0] * w_sn
+
+    # -- the merge's state-dependent factors, batched over chunks (small: one row per chunk)
+    s_inv = torch.rsqrt(sv.S.pow(2).mean(-1, keepdim=True) + spec.eps)  # (C, N, 1)
+    s_hat = sv.S * s_inv
+    r = s_hat * w_sn
     z = r @ w_sp.T  # (C, N, 2d)
-    chunk_of = torch.tensor([ci for ci, (a, b, _) in enumerate(chunks) for _ in range(a, b)], device=e.device)
+    chunk_of = torch.arange(t_len, device=e.device) // spec.interval  # chunks start at 0
     gate = torch.sigmoid(ge + z[chunk_of, :, :d])  # (T, N, d)
     k_gate = alpha * z[chunk_of, :, d:] * gate * (1 - gate)  # d u / d (gate pre-activation)
     k_ws = alpha * gate  # d u / d (W_s r)
 
-    # -- gradient buffers, laid out like the forward's
-    gx = e.new_empty(n_layers + 1, t_len, n, d)  # dL/dX[l]
+    # -- gradient buffers: what the batched weight gradients need, laid out like the forward
+    gx = e.new_empty(n_layers + 1, t_len, n, d)  # dL/d(input of block l); [L]: of the outputs
     gx[n_layers].copy_(grad_out.transpose(0, 1))
-    gx1 = e.new_empty(n_layers, t_len, n, d)
-    gx2 = e.new_empty(n_layers, t_len, n, d)
+    gx1 = e.new_empty(n_layers, t_len, n, d)  # dL/d(after SWA)
+    gx2 = e.new_empty(n_layers, t_len, n, d)  # dL/d(after cross-attention)
     gqkv = torch.empty_like(sv.QKV)  # dL/d(q, k, v) before rotation
     gk = torch.zeros_like(sv.K)  # accumulate over the windows of later positions
     gv = torch.zeros_like(sv.V)
@@ -284,47 +377,68 @@ def _backward(spec: RecurrenceSpec, sv: _Saved, grad_out: Tensor, tensors) -> li
     gr = e.new_empty(len(chunks), n, d)
     ds0 = None
 
+    # per-chunk views, made once (see _split)
+    xh_c = [[_split(t, sizes) for t in sv.XH[li]] for li in range(n_layers)]
+    inv_c = [[_split(t, sizes) for t in sv.INV[li]] for li in range(n_layers)]
+    gh_c = [[_split(t, sizes, -1, d) for t in gh[li]] for li in range(n_layers)]
+    z13_c = [_split(sv.Z13[li], sizes, -1, 2 * f) for li in range(n_layers)]
+    g13_c = [_split(g13[li], sizes, -1, 2 * f) for li in range(n_layers)]
+    gx_c = [_split(gx[li], sizes) for li in range(n_layers + 1)]
+    gx1_c = [_split(gx1[li], sizes) for li in range(n_layers)]
+    gx2_c = [_split(gx2[li], sizes) for li in range(n_layers)]
+    ga2_c = [_split(ga2[li], sizes, n, h, dh) for li in range(n_layers)]
+    gqc_c = [_split(gqc[li], sizes, n, h, dh) for li in range(n_layers)]
+    gqkv_c = [_split(gqkv[li], sizes) for li in range(n_layers)]
+    q_c = [_split(sv.QKV[li, :, :, 0], sizes) for li in range(n_layers)]
+    inv_rot_c = _split(inverse_rotations, sizes)
+    k_gate_c, k_ws_c, gge_c = _split(k_gate, sizes), _split(k_ws, sizes), _split(gge, sizes)
+
     for ci in range(len(chunks) - 1, -1, -1):
         a, b, cut = chunks[ci]
         c = b - a
-        window = slice(a, b + wm1)
+        window, own, prefix = slice(a, b + wm1), slice(a + wm1, b + wm1), slice(0, b)
+        lo = max(a, cut + wm1)  # slots before the latest TBPTT cut are detached
         for li in range(n_layers - 1, -1, -1):
-            _, w_qkv, w_o, _, _, w_co, _, w_13, w_2 = layers[li]
-            n_attn, n_cross, n_ffn = ((t[a:b] for t in terms[1:]) for terms in norms[li])
+            w_an, w_qkv, w_o, w_cn, _, w_co, w_fn, w_13, w_2 = layers[li]
+            xh, inv = [t[ci] for t in xh_c[li]], [t[ci] for t in inv_c[li]]
+            g_out, g_2, g_1 = gx_c[li + 1][ci], gx2_c[li][ci], gx1_c[li][ci]  # (c, N, d)
             # -- SwiGLU
-            dm = gx[li + 1, a:b].view(c * n, d) @ w_2  # (c*N, f)
-            torch.mul(dm.view(c, n, 1, f), swiglu[li][a:b], out=g13[li, a:b].view(c, n, 2, f))
-            torch.mm(g13[li, a:b].view(c * n, 2 * f), w_13, out=gh[li, 2, a:b].view(c * n, d))
-            _rms_backward(gh[li, 2, a:b], *n_ffn, gx[li + 1, a:b], out=gx2[li, a:b])
+            dm = g_out.view(c * n, d) @ w_2  # (c*N, f)
+            pre, grad = z13_c[li][ci], g13_c[li][ci]  # (c*N, 2f)
+            silu_backward(dm * pre[:, f:], pre[:, :f], grad_input=grad[:, :f])
+            torch.mul(dm, F.silu(pre[:, :f]), out=grad[:, f:])
+            dh_ = torch.mm(grad, w_13, out=gh_c[li][2][ci]).view(c, n, d)
+            _rms_backward(dh_, w_fn, xh[2], inv[2], g_out, out=g_2)
             # -- memory cross-attention
-            torch.mm(gx2[li, a:b].view(c * n, d), w_co, out=ga2[li, a:b].view(c * n, d))
-            da = _heads(ga2[li, a:b].view(c, n, h, dh))  # (N, H, c, Dh)
-            dq = _heads(gqc[li, a:b].view(c, n, h, dh))
-            p = sv.P2[li, :, :, a:b, :b]
-            ds2[li, :, :, a:b, :b] = _attend_backward(p, da, mem_k[:, :, :b], mem_v[:, :, :b], dq=dq)
-            torch.mm(gqc[li, a:b].view(c * n, d), w_q_scaled[li], out=gh[li, 1, a:b].view(c * n, d))
-            _rms_backward(gh[li, 1, a:b], *n_cross, gx2[li, a:b], out=gx1[li, a:b])
+            da = ga2_c[li][ci]  # (c, N, H, Dh)
+            torch.mm(g_2.view(c * n, d), w_co, out=da.view(c * n, d))
+            keys, values = mops.keys(mem_k, prefix), mops.keys(mem_v, prefix)
+            p = mops.p2(sv.P2[li], slice(a, b), b)
+            dsc = mops.attend_backward(p, da, keys, values, dq=gqc_c[li][ci])
+            mops.p2(ds2[li], slice(a, b), b).copy_(dsc)
+            dh_ = torch.mm(gqc_c[li][ci].view(c * n, d), w_q_scaled[li], out=gh_c[li][1][ci])
+            _rms_backward(dh_.view(c, n, d), w_cn, xh[1], inv[1], g_2, out=g_1)
             # -- sliding-window self-attention
-            da = _heads((gx1[li, a:b].view(c * n, d) @ w_o).view(c, n, h, dh))  # (N, H, c, Dh)
-            g_own = gqkv[li, a:b]  # (c, N, 3, H, Dh)
-            p = sv.P1[li][ci]  # (N, H, c, W-1+c)
-            dsc = _attend_backward(p, da, sv.K[li, :, :, window], sv.V[li, :, :, window], dq=_heads(g_own[:, :, 0]))
-            lo = max(a, cut + wm1)  # keys before the latest TBPTT cut are detached
-            q = _heads(sv.QKV[li, a:b, :, 0])
-            _outer_accumulate(gk[li, :, :, lo : b + wm1], dsc[..., lo - a :], q)
-            _outer_accumulate(gv[li, :, :, lo : b + wm1], p[..., lo - a :], da)
-            g_own[:, :, 1] = gk[li, :, :, wm1 + a : wm1 + b].permute(2, 0, 1, 3)  # complete now
-            g_own[:, :, 2] = gv[li, :, :, wm1 + a : wm1 + b].permute(2, 0, 1, 3)
-            _rotate(g_own[:, :, :2], inverse_rotations[a:b])
-            torch.mm(g_own.view(c * n, 3 * d), w_qkv, out=gh[li, 0, a:b].view(c * n, d))
-            _rms_backward(gh[li, 0, a:b], *n_attn, gx1[li, a:b], out=gx[li, a:b])
+            da = (g_1.view(c * n, d) @ w_o).view(c, n, h, dh)
+            g_own = gqkv_c[li][ci]  # (c, N, 3, H, Dh)
+            keys, values = ops.keys(sv.K[li], window), ops.keys(sv.V[li], window)
+            p = sv.P1[li][ci]
+            dsc = ops.attend_backward(p, da, keys, values, dq=g_own[:, :, 0])
+            live = slice(lo, b + wm1)
+            ops.accumulate(ops.keys(gk[li], live), dsc, lo - a, q_c[li][ci])
+            ops.accumulate(ops.keys(gv[li], live), p, lo - a, da)
+            g_own[:, :, 1] = ops.own(gk[li], own)  # complete: later windows are done
+            g_own[:, :, 2] = ops.own(gv[li], own)
+            _rotate(g_own[:, :, :2], inv_rot_c[ci])
+            dh_ = torch.mm(g_own.view(c * n, 3 * d), w_qkv, out=gh_c[li][0][ci])
+            _rms_backward(dh_.view(c, n, d), w_an, xh[0], inv[0], g_1, out=gx_c[li][ci])
         # -- gated merge: dL/du = gx[0, a:b] (which is also dL/de)
-        du = gx[0, a:b]  # (c, N, d)
-        torch.mul(du, k_gate[a:b], out=gge[a:b])
-        torch.sum(gge[a:b], dim=0, out=gz[ci, :, :d])
-        torch.sum(du * k_ws[a:b], dim=0, out=gz[ci, :, d:])
+        du = gx_c[0][ci]  # (c, N, d)
+        torch.mul(du, k_gate_c[ci], out=gge_c[ci])
+        torch.sum(gge_c[ci], dim=0, out=gz[ci, :, :d])
+        torch.sum(du * k_ws_c[ci], dim=0, out=gz[ci, :, d:])
         torch.mm(gz[ci], w_sp, out=gr[ci])  # dL/dr (N, d)
-        ds = _rms_backward(gr[ci], *(t[ci] for t in s_norm[1:]), None, out=torch.empty_like(gr[ci]))
+        ds = _rms_backward(gr[ci], w_sn, s_hat[ci], s_inv[ci], None, out=torch.empty_like(gr[ci]))
         if a == 0:
             ds0 = ds
         elif cut != a:  # the state entering a chunk after a cut is detached
@@ -333,26 +447,27 @@ def _backward(spec: RecurrenceSpec, sv: _Saved, grad_out: Tensor, tensors) -> li
     # -- batched weight and memory gradients
     flat = (t_len * n, -1)
     g_w_sp = gz.reshape(len(chunks) * n, 2 * d).T @ r.reshape(len(chunks) * n, d)
-    g_w_sn = (s_norm[0] * gr).sum(dim=(0, 1))
+    g_w_sn = (s_hat * gr).sum(dim=(0, 1))
     layer_grads = []
     g_mem_k = None if mem_k is None else torch.zeros_like(mem_k)
     g_mem_v = None if mem_v is None else torch.zeros_like(mem_v)
     for li, (w_an, _, _, w_cn, _, _, w_fn, _, _) in enumerate(layers):
-        xhat0, xhat1, xhat2 = (terms[0] for terms in norms[li])
+        normed = [(sv.XH[li, i] * w).view(flat) for i, w in enumerate((w_an, w_cn, w_fn))]
         m = F.silu(sv.Z13[li, ..., :f]) * sv.Z13[li, ..., f:]  # (T, N, f)
+        g_norm = (sv.XH[li] * gh[li]).sum(dim=(1, 2))  # (3, d)
         layer_grads += [
-            (xhat0 * gh[li, 0]).sum(dim=(0, 1)),
-            gqkv[li].view(flat).T @ (xhat0 * w_an).view(flat),
+            g_norm[0],
+            gqkv[li].view(flat).T @ normed[0],
             gx1[li].view(flat).T @ sv.A1[li].view(flat),
-            (xhat1 * gh[li, 1]).sum(dim=(0, 1)),
-            (gqc[li].view(flat).T @ (xhat1 * w_cn).view(flat)) * scale,
+            g_norm[1],
+            (gqc[li].view(flat).T @ normed[1]) * scale,
             gx2[li].view(flat).T @ sv.A2[li].view(flat),
-            (xhat2 * gh[li, 2]).sum(dim=(0, 1)),
-            g13[li].view(flat).T @ (xhat2 * w_fn).view(flat),
+            g_norm[2],
+            g13[li].view(flat).T @ normed[2],
             gx[li + 1].view(flat).T @ m.view(flat),
         ]
-        g_mem_v += sv.P2[li].transpose(-1, -2) @ _heads(ga2[li].view(t_len, n, h, dh))
-        g_mem_k += ds2[li].transpose(-1, -2) @ _heads(sv.QC[li].view(t_len, n, h, dh))
+        g_mem_v += mops.memory_grad(sv.P2[li], ga2[li].view(t_len, n, h, dh))
+        g_mem_k += mops.memory_grad(ds2[li], sv.QC[li].view(t_len, n, h, dh))
     return [gx[0], gge, g_mem_k, g_mem_v, ds0, g_w_sn, g_w_sp, *layer_grads]
 
 
@@ -360,20 +475,31 @@ class _FusedRecurrence(torch.autograd.Function):
     @staticmethod
     def forward(ctx, spec, freqs, e, ge, mem_k, mem_v, s0, w_sn, w_sp, *layer_weights):
         t_len, _, d = e.shape
-        layers = [layer_weights[i : i + LAYER_WEIGHTS] for i in range(0, len(layer_weights), LAYER_WEIGHTS)]
+        layers = [
+            layer_weights[i : i + LAYER_WEIGHTS]
+            for i in range(0, len(layer_weights), LAYER_WEIGHTS)
+        ]
         tables = rope_tables(freqs, t_len, d // spec.n_heads, e)
-        sv = _forward(spec, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers)
+        ops = layout_for(d // spec.n_heads)
+        sv = _forward(spec, ops, HeadMajor, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers)
+        ctx.ops = ops
         ctx.spec, ctx.sv = spec, sv
         ctx.save_for_backward(e, ge, mem_k, mem_v, s0, w_sn, w_sp, *layer_weights)
-        ctx.n_layers = len(layers)
-        return sv.X[len(layers)].transpose(0, 1)  # (N, T, d)
+        return sv.out.transpose(0, 1)  # (N, T, d)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out):
         e, ge, mem_k, mem_v, s0, w_sn, w_sp, *flat = ctx.saved_tensors
         layers = [flat[i : i + LAYER_WEIGHTS] for i in range(0, len(flat), LAYER_WEIGHTS)]
-        grads = _backward(ctx.spec, ctx.sv, grad_out, (e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers))
+        grads = _backward(
+            ctx.spec,
+            ctx.ops,
+            HeadMajor,
+            ctx.sv,
+            grad_out,
+            (e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers),
+        )
         ctx.sv = None
         return (None, None, *grads)
 

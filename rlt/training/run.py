@@ -188,7 +188,10 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
     results_path = run_dir / io.RESULTS
     status = io.read_json(run_dir / io.STATUS) or {}
     if results_path.exists() and status.get("state") == "done" and not cfg.force:
-        _say(f"[skipped] {cell}: already done; results in {results_path}")
+        _say(f"[skipped] {cell}: already done; results in {results_path} (force=true retrains)")
+        if cfg.print_table and not _is_multirun():
+            with contextlib.suppress(Exception):
+                print_table(io.read_json(results_path))
         return {"state": "skipped", "run_dir": str(run_dir)}
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -590,6 +593,15 @@ def print_table(results: dict[str, Any]) -> None:
         table.add_row(f"{length}{mark}", *[f"{100 * value[(length, m)]:.2f}" for m in metrics])
     Console(width=120).print(table)
     print("* beyond the training lengths", flush=True)
+
+
+def _is_multirun() -> bool:
+    with contextlib.suppress(Exception):
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    return False
 
 
 def _say(msg: str) -> None:

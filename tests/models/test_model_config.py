@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
-from tests.models.conftest import TINY, make_rlt
 
 from rlt.models import RLTConfig, TransformerConfig, parse_split
+from tests.models.conftest import TINY, make_rlt
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,9 @@ from tests.models.conftest import make_rlt
 def outputs_and_grads(model, tokens: torch.Tensor, fused: bool):
     model.config.fused = fused
     model.zero_grad(set_to_none=True)
-    weights = torch.randn(*tokens.shape, 140, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    weights = torch.randn(
+        *tokens.shape, 140, generator=torch.Generator().manual_seed(5), dtype=torch.float64
+    )
     logits = model(tokens)
     (logits * weights.to(logits.dtype)).sum().backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}

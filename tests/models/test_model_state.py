@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
-from tests.models.conftest import make_rlt, make_transformer
 
 from rlt.models import RLTState
+from tests.models.conftest import make_rlt, make_transformer
 
 
 def test_recurrent_state_does_not_grow() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from tests.models.conftest import make_rlt, make_transformer
 from tests.models.rlt_reference import reference_rlt, reference_transformer
 

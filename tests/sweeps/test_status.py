@@ -11,15 +11,30 @@ def write(path, obj):
 
 
 def test_status_lists_done_failed_interrupted_and_missing(tmp_path, capsys):
-    cells = ["parity/rlt1/4+4/seed42", "parity/rlt1/4+4/seed43", "parity/rlt1/5+3/seed42",
-             "parity/transformer/L8/seed42"]
+    cells = [
+        "parity/rlt1/4+4/seed42",
+        "parity/rlt1/4+4/seed43",
+        "parity/rlt1/5+3/seed42",
+        "parity/transformer/L8/seed42",
+    ]
     write(tmp_path / "grid.json", {"cells": [{"cell": c} for c in cells]})
-    write(tmp_path / cells[0] / "status.json", {"state": "done", "step": 10, "max_steps": 10, "best_val_acc": 0.5})
+    write(
+        tmp_path / cells[0] / "status.json",
+        {"state": "done", "step": 10, "max_steps": 10, "best_val_acc": 0.5},
+    )
     write(tmp_path / cells[0] / "results.json", {})
-    write(tmp_path / cells[1] / "status.json", {"state": "failed", "step": 3, "max_steps": 10, "error": "boom"})
+    write(
+        tmp_path / cells[1] / "status.json",
+        {"state": "failed", "step": 3, "max_steps": 10, "error": "boom"},
+    )
     write(tmp_path / cells[2] / "status.json", {"state": "running", "step": 4, "max_steps": 10})
     states = {r["cell"]: r["state"] for r in cell_states(tmp_path)}
-    assert states == {cells[0]: "done", cells[1]: "failed", cells[2]: "interrupted", cells[3]: "missing"}
+    assert states == {
+        cells[0]: "done",
+        cells[1]: "failed",
+        cells[2]: "interrupted",
+        cells[3]: "missing",
+    }
 
     assert main(["status", str(tmp_path)]) == 0
     out = capsys.readouterr().out

@@ -1,0 +1,86 @@
+"""rlt.bench: the FLOP ratios issue 7 targets (counted, not timed) and a smoke run of the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from rlt import bench
+from rlt.models import RLTConfig, build_model
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Small ops gain nothing from threads and lose a lot on a busy machine (see
+    tests/models/conftest.py)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def step_flops(model: torch.nn.Module, length: int) -> int:
+    """FLOPs of one forward + backward on (2, length) tokens, as FlopCounterMode counts them."""
+    tokens = torch.randint(1, 140, (2, length + 1), generator=torch.Generator().manual_seed(0))
+    with FlopCounterMode(display=False) as counter:
+        logits = model(tokens[:, :-1])
+        F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).backward()
+    return counter.get_total_flops()
+
+
+@pytest.fixture(scope="module")
+def models() -> dict[str, torch.nn.Module]:
+    # head dim 64: the fused recurrence uses its BLAS attention kernels, so FlopCounterMode
+    # (which counts matmul-family ops only) sees the attention of every variant
+    # and the report's split 4+4, whose encoder and decoder dilute the feedback path's 3d^2
+    sizes = dict(d_model=256, n_heads=4, d_ff=682, n_enc=4, n_dec=4)
+    torch.manual_seed(0)
+    rlt1 = build_model(RLTConfig(feedback_interval=1, **sizes))
+    rlt0 = build_model(RLTConfig(feedback_interval=None, **sizes))
+    return {"rlt1": rlt1, "rlt0": rlt0}
+
+
+def test_rlt1_does_about_the_arithmetic_of_rlt0(models) -> None:
+    ratio = step_flops(models["rlt1"], 24) / step_flops(models["rlt0"], 24)
+    assert 1.0 < ratio <= 1.05
+
+
+def test_rlt1_flops_are_linear_in_length(models) -> None:
+    """No recomputation over the prefix: doubling T at most doubles the work (plus the
+    memory attention's quadratic term, small at this width)."""
+    ratio = step_flops(models["rlt1"], 40) / step_flops(models["rlt1"], 20)
+    assert ratio <= 2.1
+
+
+def test_fused_and_plain_paths_count_the_same_matmuls(models) -> None:
+    model = models["rlt1"]
+    fused = step_flops(model, 12)
+    model.config.fused = False
+    try:
+        plain = step_flops(model, 12)
+    finally:
+        model.config.fused = True
+    assert abs(fused - plain) / plain < 0.02
+
+
+def test_bench_cli_smoke(tmp_path, capsys) -> None:
+    out = tmp_path / "bench.json"
+    argv = "--preset small --d-model 32 --n-heads 4 --d-ff 48 --split 1+1 --batch 2 --length 8"
+    argv += f" --repeats 1 --warmup 1 --threads 1 --mode both --positions 4,8 --json {out}"
+    result = bench.main(argv.split())
+    printed = capsys.readouterr().out
+    assert "ratios:" in printed and "decode@8 ms" in printed
+    saved = json.loads(out.read_text())
+    for key in ("rlt1/rlt0", "rlt2/rlt0", "rlt1/transformer", "flops_rlt1/rlt0"):
+        assert key in saved["ratios"] and saved["ratios"][key] > 0
+    assert set(result["train"]["rows"]) == {"transformer", "rlt0", "rlt1", "rlt2"}
+    rows = saved["stream"]["rows"]
+    # the SWA part of the state does not grow with the position
+    assert (
+        rows["rlt1"]["recurrent_state_bytes_per_seq"]["4"]
+        == rows["rlt1"]["recurrent_state_bytes_per_seq"]["8"]
+    )
