@@ -246,12 +246,17 @@ def _forward(
     chunks = spec.chunks(t_len)
     sizes = [b - a for a, b, _ in chunks]
     eps = torch.full((), spec.eps, dtype=e.dtype, device=e.device)  # no host-to-device copy
-    # norm weights folded into the following projections; cross queries carry 1/sqrt(Dh)
-    folded = [
-        (w_qkv * w_an, w_q * (w_cn * dh**-0.5), w_13 * w_fn)
-        for (w_an, w_qkv, _, w_cn, w_q, _, w_fn, w_13, _) in layers
+    # Norm weights folded into the following projections, cross queries carrying 1/sqrt(Dh),
+    # all stored (in, out): MKL runs x @ W^T for (64, 512) x (512, 2730) at half the speed of
+    # the same product with W^T contiguous (measured; odd output widths suffer most).
+    projections = [
+        tuple(
+            w.T.contiguous()
+            for w in (w_qkv * w_an, w_o, w_q * (w_cn * dh**-0.5), w_co, w_13 * w_fn, w_2)
+        )
+        for (w_an, w_qkv, w_o, w_cn, w_q, w_co, w_fn, w_13, w_2) in layers
     ]
-    w_sp_folded = w_sp * w_sn
+    w_sp_folded = (w_sp * w_sn).T.contiguous()
 
     sv = _Saved()
     sv.chunks, sv.sizes, sv.tables = chunks, sizes, tables
@@ -290,7 +295,7 @@ def _forward(
         sv.S[ci].copy_(s)
         # gated merge: one (N, d) x (d, 2d) matmul per chunk, the rest elementwise
         norm = torch.linalg.vector_norm(s, dim=-1, keepdim=True)
-        z = (s * torch.addcmul(eps, norm, norm, value=1.0 / d).rsqrt_()) @ w_sp_folded.T  # (N, 2d)
+        z = (s * torch.addcmul(eps, norm, norm, value=1.0 / d).rsqrt_()) @ w_sp_folded  # (N, 2d)
         gate = torch.sigmoid(ge_c[ci] + z[:, :d])  # (c, N, d)
         x = out_c[ci] if n_layers == 0 else x_in[ci]  # u, the first block's input
         torch.addcmul(e_c[ci], gate, z[:, d:] * spec.alpha, out=x)
@@ -298,38 +303,36 @@ def _forward(
         mem_mask = causal_mask(c, b, e.device)  # (c, b) or None
         window = slice(a, b + wm1)  # key slots of positions a-W+1 .. b-1
         own, prefix = slice(a + wm1, b + wm1), slice(0, b)  # this chunk's slots; memory 0..b-1
-        for li, (_, _, w_o, _, _, w_co, _, _, w_2) in enumerate(layers):
-            f_qkv, f_q, f_13 = folded[li]
+        for li in range(n_layers):
+            p_qkv, p_o, p_q, p_co, p_13, p_2 = projections[li]
             xh, inv = [t[ci] for t in xh_c[li]], [t[ci] for t in inv_c[li]]  # 3 x (c, N, d|1)
             # -- sliding-window self-attention over the layer's own keys
             qkv = qkv_c[li][ci]  # (c, N, 3, H, Dh)
             _normalize(x, eps, xh[0], inv[0])
-            torch.mm(xh[0].view(c * n, d), f_qkv.T, out=qkv.view(c * n, 3 * d))
+            torch.mm(xh[0].view(c * n, d), p_qkv, out=qkv.view(c * n, 3 * d))
             _rotate(qkv[:, :, :2], rot_c[ci])
             ops.put(sv.K[li], own, qkv[:, :, 1])
             ops.put(sv.V[li], own, qkv[:, :, 2])
             keys, values = ops.keys(sv.K[li], window), ops.keys(sv.V[li], window)
             sv.P1[li].append(ops.attend(qkv[:, :, 0], keys, values, swa_mask, out=a1_c[li][ci]))
             x1 = x_1[ci]
-            torch.addmm(x.view(c * n, d), a1_c[li][ci].view(c * n, d), w_o.T, out=x1.view(c * n, d))
+            torch.addmm(x.view(c * n, d), a1_c[li][ci].view(c * n, d), p_o, out=x1.view(c * n, d))
             # -- memory cross-attention over the prefix 0..b-1
             qc = qc_c[li][ci]  # (c, N, H, Dh)
             _normalize(x1, eps, xh[1], inv[1])
-            torch.mm(xh[1].view(c * n, d), f_q.T, out=qc.view(c * n, d))
+            torch.mm(xh[1].view(c * n, d), p_q, out=qc.view(c * n, d))
             keys, values = mops.keys(mem_k, prefix), mops.keys(mem_v, prefix)
             p = mops.attend(qc, keys, values, mem_mask, out=a2_c[li][ci])
             mops.p2(sv.P2[li], slice(a, b), b).copy_(p)
             x2 = x_2[ci]
-            torch.addmm(
-                x1.view(c * n, d), a2_c[li][ci].view(c * n, d), w_co.T, out=x2.view(c * n, d)
-            )
+            torch.addmm(x1.view(c * n, d), a2_c[li][ci].view(c * n, d), p_co, out=x2.view(c * n, d))
             # -- SwiGLU
             z13 = z13_c[li][ci]  # (c*N, 2f)
             _normalize(x2, eps, xh[2], inv[2])
-            torch.mm(xh[2].view(c * n, d), f_13.T, out=z13)
+            torch.mm(xh[2].view(c * n, d), p_13, out=z13)
             m = F.silu(z13[:, :f]) * z13[:, f:]  # (c*N, f)
             x = out_c[ci] if li == n_layers - 1 else x_in[ci]
-            torch.addmm(x2.view(c * n, d), m, w_2.T, out=x.view(c * n, d))
+            torch.addmm(x2.view(c * n, d), m, p_2, out=x.view(c * n, d))
         if b % b_int == 0:
             s = out_c[ci][-1]  # a complete chunk: the next boundary state
     return sv
