@@ -7,8 +7,10 @@ Everything that does not depend on the recurrent state (the encoder, memory K/V,
 of the gate, the head) runs once over all positions. Only the merge and the decoder blocks
 follow the chunk schedule: chunk k covers positions [kB, (k+1)B) (anchored at position 0) and
 merges with the last decoder output of chunk k-1; RLT-0 runs the decoder over everything at
-once. Training (``forward``) and streaming (``prefill``/``step``) share this one code path, so
-where a prompt ends never changes the computation.
+once. Streaming (``prefill``/``step``) and inference share ``decode``, so where a prompt ends
+never changes the computation. Training RLT-1/RLT-2 runs the same recurrence through
+``fused_decode`` (rlt/models/recurrence.py: no autograd graph per token, batched weight
+gradients), which the tests hold equal to ``decode`` in outputs and gradients.
 """
 
 from __future__ import annotations
