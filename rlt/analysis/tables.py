@@ -132,15 +132,7 @@ def cell_table(
                 s = stats.loc[(r, col)]
                 rec = {k: s[k] for k in ("mean", "sd", "n", "min", "max", "seeds", "values")}
             elif n_exp:
-                rec = {
-                    "mean": float("nan"),
-                    "sd": float("nan"),
-                    "n": 0,
-                    "min": float("nan"),
-                    "max": float("nan"),
-                    "seeds": (),
-                    "values": (),
-                }
+                rec = dict(_EMPTY_CELL)
             else:
                 continue
             rec.update(
