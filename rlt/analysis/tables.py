@@ -128,12 +128,8 @@ def cell_table(
     for r in rows:
         for col in columns:
             n_exp = expected.get((row_of.get(r, r), col), 0)
-            if (r, col) in stats.index:
-                s = stats.loc[(r, col)]
-                rec = {k: s[k] for k in ("mean", "sd", "n", "min", "max", "seeds", "values")}
-            elif n_exp:
-                rec = dict(_EMPTY_CELL)
-            else:
+            rec = _cell_record(stats, (r, col), n_exp)
+            if rec is None:
                 continue
             rec.update(
                 row=row_display.get(r, r), key=row_of.get(r, r), column=col, n_expected=n_exp
@@ -703,12 +699,8 @@ def schedule_table(
         for lab in labels:
             n_exp = expected.get((row, lab), 0)
             for q in SCHEDULE_QUANTITIES:
-                if (lab, q) in stats.index:
-                    s = stats.loc[(lab, q)]
-                    rec = {k: s[k] for k in ("mean", "sd", "n", "min", "max", "seeds", "values")}
-                elif n_exp:
-                    rec = dict(_EMPTY_CELL)
-                else:
+                rec = _cell_record(stats, (lab, q), n_exp)
+                if rec is None:
                     continue
                 rec.update(
                     row=lab,
@@ -770,6 +762,17 @@ _EMPTY_CELL = {
     "seeds": (),
     "values": (),
 }
+
+
+def _cell_record(stats: pd.DataFrame, key: tuple, n_expected: int) -> dict | None:
+    """Seed statistics of one table cell; an empty record when the grid expects runs there but
+    none finished; None when the cell is not part of the grid at all."""
+    if key in stats.index:
+        s = stats.loc[key]
+        return {k: s[k] for k in _EMPTY_CELL}
+    if n_expected:
+        return dict(_EMPTY_CELL)
+    return None
 
 
 def _schedule_notes(c: Collection, labels: Sequence[str]) -> list[str]:

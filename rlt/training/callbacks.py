@@ -15,6 +15,7 @@ from typing import Any
 import lightning as L
 import torch
 
+from rlt.models import RecurrentLoopedTransformer
 from rlt.training import io
 from rlt.training.schedule import FeedbackSchedule
 
@@ -140,8 +141,8 @@ class RunRecorder(L.Callback):
     def validate(self, trainer: L.Trainer, pl_module: L.LightningModule, step: int) -> None:
         metrics = self.evaluate_fn(pl_module, self.val_loader_fn())
         row = {"step": step, **metrics}
-        fb = getattr(pl_module.model, "feedback_interval", None)
-        if hasattr(pl_module.model, "feedback_interval"):
+        fb = pl_module.model.feedback_interval  # None for RLT-0 and the Transformer
+        if isinstance(pl_module.model, RecurrentLoopedTransformer):
             row["feedback_interval"] = fb
         self.val_curve.append(row)
         for logger in trainer.loggers:
