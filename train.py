@@ -14,12 +14,9 @@ from rlt.training import hydra_support  # noqa: F401  (registers config resolver
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
     from rlt.training.run import run
 
-    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    multirun = hydra_support.is_multirun()
     outcome = run(cfg, raise_on_failure=not multirun)
     if multirun:
         hydra_support.report_job(cfg, outcome)

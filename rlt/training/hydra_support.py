@@ -29,6 +29,17 @@ register_resolvers()
 JOBS_DIR = ".jobs"
 
 
+def is_multirun() -> bool:
+    """Whether this process runs a job of ``train.py -m`` (False outside Hydra)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except ValueError:  # HydraConfig not set: called without Hydra
+        return False
+
+
 class SweepSummary(Callback):
     """Prints one line per cell of a multirun and a final count; exits non-zero when any cell
     failed. Jobs report through small files in ``<sweep_dir>/.jobs`` because the joblib and

@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 import rlt
 from rlt.models import RLTConfig, TransformerConfig
 from rlt.tasks import get_task
-from rlt.training import io
+from rlt.training import hydra_support, io
 from rlt.training.callbacks import POLICIES, FeedbackScheduleCallback, RunRecorder
 from rlt.training.evaluate import evaluate_lengths, evaluate_loader
 from rlt.training.schedule import FeedbackSchedule
@@ -189,7 +189,7 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
     status = io.read_json(run_dir / io.STATUS) or {}
     if results_path.exists() and status.get("state") == "done" and not cfg.force:
         _say(f"[skipped] {cell}: already done; results in {results_path} (force=true retrains)")
-        if cfg.print_table and not _is_multirun():
+        if cfg.print_table and not hydra_support.is_multirun():
             with contextlib.suppress(Exception):
                 print_table(io.read_json(results_path))
         return {"state": "skipped", "run_dir": str(run_dir)}
@@ -479,7 +479,7 @@ def _evaluate_policies(spec, module, dm, recorder: RunRecorder, n_params: int) -
         "run": spec.identity,
         "params": n_params,
         "max_steps": cfg.scale.max_steps,
-        "train_lengths": list(_train_range(spec.task)),
+        "train_lengths": list(spec.task.train_lengths),
         "test_lengths": spec.test_lengths,
         "chance": getattr(spec.task, "chance", None),
         "selection": {"policy": "min_val_loss", "step": selected["step"], "val": selected["val"]},
@@ -491,11 +491,6 @@ def _evaluate_policies(spec, module, dm, recorder: RunRecorder, n_params: int) -
         "versions": _versions(),
         "config_hash": hashlib.sha1(OmegaConf.to_yaml(cfg, resolve=True).encode()).hexdigest()[:12],
     }
-
-
-def _train_range(task) -> tuple[int, int]:
-    lo, hi = task.train_lengths
-    return lo, hi
 
 
 def _versions() -> dict[str, str]:
@@ -593,15 +588,6 @@ def print_table(results: dict[str, Any]) -> None:
         table.add_row(f"{length}{mark}", *[f"{100 * value[(length, m)]:.2f}" for m in metrics])
     Console(width=120).print(table)
     print("* beyond the training lengths", flush=True)
-
-
-def _is_multirun() -> bool:
-    with contextlib.suppress(Exception):
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
-        return HydraConfig.get().mode == RunMode.MULTIRUN
-    return False
 
 
 def _say(msg: str) -> None:
