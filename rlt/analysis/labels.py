@@ -22,7 +22,7 @@ LENGTH_UNITS = {
     "s5_swaps": "operations",
 }
 
-_VARIANT_RANK = {"RLT-1": 0, "RLT-2": 1, "RLT-0": 2, "Transformer": 3}
+_VARIANT_RANK = {"RLT-1": 0, "RLT-2": 1, "RLT-0": 2, "Transformer": 3, "LSTM": 4}
 _MODEL_NAME = re.compile(r"^rlt[-_]?([012])(?:[-_]?b(\d+))?", re.IGNORECASE)
 _SPLIT = re.compile(r"^(\d+)\+(\d+)$")
 _LAYERS_TAG = re.compile(r"^L(\d+)$")
@@ -43,8 +43,8 @@ class ModelKey:
 
     @property
     def label(self) -> str:
-        if self.variant == "Transformer":
-            return f"Transformer {self.n_layers}" if self.n_layers else "Transformer"
+        if self.variant in ("Transformer", "LSTM"):
+            return f"{self.variant} {self.n_layers}" if self.n_layers else self.variant
         name = self.variant
         if self.variant == "RLT-2":
             if self.schedule:
@@ -97,6 +97,8 @@ def model_key(
         n_layers = n_enc + n_dec
     if family == "transformer" or model.lower().startswith("transformer"):
         return ModelKey("Transformer", None, None, None, n_layers, None)
+    if family == "lstm" or model.lower().startswith("lstm"):
+        return ModelKey("LSTM", None, None, None, n_layers, None)
 
     schedule = None
     if feedback_schedule:
@@ -131,7 +133,13 @@ def task_sort_key(task: str) -> tuple:
     return (TASK_ORDER.index(task), "") if task in TASK_ORDER else (len(TASK_ORDER), task)
 
 
-_CMAPS = {"RLT-1": "Blues", "RLT-2": "Oranges", "RLT-0": "Greens", "Transformer": "Greys"}
+_CMAPS = {
+    "RLT-1": "Blues",
+    "RLT-2": "Oranges",
+    "RLT-0": "Greens",
+    "Transformer": "Greys",
+    "LSTM": "RdPu",
+}
 _MARKERS = "os^Dv<>p*hX"
 # Feedback schedules (issue 8), by their first chunk size B (bit length mod 4): B=8 purple,
 # B=16 red, B=2 brown, B=4 magenta; hues the fixed-B families (blue, orange, green, grey) lack.
@@ -151,9 +159,9 @@ def model_style(key: ModelKey) -> dict:
     if key.schedule:
         return _schedule_style(key)
     cmap = colormaps[_CMAPS.get(key.variant, "Purples")]
-    if key.variant == "Transformer":
+    if key.variant in ("Transformer", "LSTM"):
         shade = 0.95 if (key.n_layers or 8) <= 8 else 0.65
-        marker = "x"
+        marker = "x" if key.variant == "Transformer" else "+"
     else:
         frac = (key.n_dec / key.n_layers) if key.n_dec is not None and key.n_layers else 0.5
         shade = 0.45 + 0.5 * min(frac / 0.5, 1.0)

@@ -329,12 +329,12 @@ def feedback_columns(c: Collection, split: str) -> list[str]:
     """RLT-1, RLT-0, RLT-2 (every B) at `split`, and the Transformer of the same depth."""
     n_enc, n_dec = parse_split(split)
     total = (n_enc or 0) + (n_dec or 0)
-    order = {"RLT-1": 0, "RLT-0": 1, "RLT-2": 2, "Transformer": 3}
+    order = {"RLT-1": 0, "RLT-0": 1, "RLT-2": 2, "Transformer": 3, "LSTM": 4}
     cols = [
         lab
         for lab, k in c.models.items()
         if (k.variant in ("RLT-1", "RLT-2", "RLT-0") and k.split == split)
-        or (k.variant == "Transformer" and k.n_layers == total)
+        or (k.variant in ("Transformer", "LSTM") and k.n_layers == total)
     ]
     return sorted(cols, key=lambda lab: (order[c.models[lab].variant], c.models[lab].sort_key))
 
@@ -505,7 +505,7 @@ def cost_table(c: Collection) -> Table:
     records = []
     for lab in per_task.index:
         k = c.models[lab]
-        rlt0 = f"RLT-0 {k.split}" if k.variant != "Transformer" else None
+        rlt0 = f"RLT-0 {k.split}" if k.variant not in ("Transformer", "LSTM") else None
         tf = f"Transformer {k.n_layers}" if k.n_layers else None
         runs = used[used["label"] == lab]
         rec = {

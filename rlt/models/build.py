@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from rlt.models.base import SequenceModel
-from rlt.models.config import RLTConfig, TransformerConfig
+from rlt.models.config import LSTMConfig, RLTConfig, TransformerConfig
+from rlt.models.lstm import LSTMModel
 from rlt.models.rlt import RecurrentLoopedTransformer
 from rlt.models.transformer import DecoderOnlyTransformer
 
@@ -14,18 +15,24 @@ SPLITS_8 = ["4+4", "5+3", "6+2", "7+1", "8+0"]
 SPLITS_16 = [f"{e}+{16 - e}" for e in range(8, 17)]  # 8+8, 9+7, ..., 16+0
 
 
-def build_model(config: RLTConfig | TransformerConfig) -> SequenceModel:
-    """The model a config describes (RLT-0/1/2 from ``feedback_interval``, or the baseline)."""
+ModelConfig = RLTConfig | TransformerConfig | LSTMConfig
+
+
+def build_model(config: ModelConfig) -> SequenceModel:
+    """The model a config describes (RLT-0/1/2 from ``feedback_interval``, the baseline, or
+    the LSTM control)."""
     if isinstance(config, RLTConfig):
         return RecurrentLoopedTransformer(config)
     if isinstance(config, TransformerConfig):
         return DecoderOnlyTransformer(config)
+    if isinstance(config, LSTMConfig):
+        return LSTMModel(config)
     raise TypeError(
-        f"config must be an RLTConfig or TransformerConfig, got {type(config).__name__}"
+        f"config must be an RLTConfig, TransformerConfig or LSTMConfig, got {type(config).__name__}"
     )
 
 
-def count_parameters(config: RLTConfig | TransformerConfig) -> int:
+def count_parameters(config: ModelConfig) -> int:
     """Parameters of the model a config builds, counted on the meta device (nothing allocated)."""
     with torch.device("meta"):
         return build_model(config).num_parameters()
@@ -41,6 +48,21 @@ def parameter_rows(**overrides: int) -> list[dict[str, object]]:
                 model=f"Transformer {layers}",
                 split="-",
                 params=count_parameters(TransformerConfig(n_layers=layers, **common)),
+                rlt0=None,
+                difference=None,
+            )
+        )
+        rows.append(
+            dict(
+                model=f"LSTM {layers}",
+                split="-",
+                params=count_parameters(
+                    LSTMConfig(
+                        d_model=common["d_model"],
+                        n_layers=layers,
+                        vocab_size=common["vocab_size"],
+                    )
+                ),
                 rlt0=None,
                 difference=None,
             )

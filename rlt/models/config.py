@@ -110,6 +110,27 @@ class TransformerConfig(_CommonConfig):
 
 
 @dataclass(kw_only=True)
+class LSTMConfig:
+    """The recurrent control (not in the report): ``n_layers`` stacked ``torch.nn.LSTM`` layers
+    of width ``d_model`` between the shared embedding and an untied head. The attention fields
+    of the other families do not apply; PyTorch's default init is used (see rlt.models.lstm)."""
+
+    d_model: int = 512
+    n_layers: int = 2
+    vocab_size: int = 140
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "n_layers", "vocab_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+    @property
+    def name(self) -> str:
+        return "lstm"
+
+
+@dataclass(kw_only=True)
 class RLTConfig(_CommonConfig):
     """The Recurrent Looped Transformer family; ``feedback_interval`` picks the variant.
 

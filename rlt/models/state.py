@@ -134,3 +134,18 @@ class TransformerState:
 
     def nbytes(self) -> int:
         return sum(c.nbytes() for c in self.layers)
+
+
+@dataclass
+class LSTMState:
+    """The LSTM control's state after ``position`` tokens: h and c, (n_layers, N, d) each."""
+
+    position: int
+    h: Tensor
+    c: Tensor
+
+    def clone(self) -> LSTMState:
+        return LSTMState(self.position, self.h.clone(), self.c.clone())
+
+    def nbytes(self) -> int:
+        return (self.h.numel() + self.c.numel()) * self.h.element_size()

@@ -16,6 +16,7 @@ import lightning as L
 import torch
 
 from rlt.models import RecurrentLoopedTransformer
+from rlt.tasks.vocab import PAD as PAD_ID
 from rlt.training import io
 from rlt.training.schedule import FeedbackSchedule
 
@@ -72,6 +73,8 @@ class RunRecorder(L.Callback):
         policies: list[str],
         loggers_fn=None,
         train_log_every: int = 10,
+        stop_at_val_acc: float | None = None,
+        stop_patience: int = 1,
     ):
         self.run_dir = Path(run_dir)
         self.ckpt_dir = self.run_dir / io.CKPT_DIR
@@ -81,12 +84,15 @@ class RunRecorder(L.Callback):
         self.max_steps = max_steps
         self.policies = list(policies)
         self.train_log_every = train_log_every
+        self.stop_at_val_acc = stop_at_val_acc
+        self.stop_patience = max(1, int(stop_patience))
         # Persistent state (restored from last.ckpt on resume).
         self.val_curve: list[dict[str, Any]] = []
         self.train_curve: list[dict[str, float]] = []
         self.best: dict[str, dict[str, Any]] = {}
         self.train_seconds = 0.0
         self.timed_steps = 0
+        self.stopped_early: int | None = None  # the step, when early stopping ended the run
         # Per-process state.
         self._t0: float | None = None
         self._last_step = -1
@@ -100,6 +106,7 @@ class RunRecorder(L.Callback):
             "best": self.best,
             "train_seconds": self.train_seconds,
             "timed_steps": self.timed_steps,
+            "stopped_early": self.stopped_early,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -108,6 +115,7 @@ class RunRecorder(L.Callback):
         self.best = dict(state["best"])
         self.train_seconds = float(state["train_seconds"])
         self.timed_steps = int(state["timed_steps"])
+        self.stopped_early = state.get("stopped_early")
 
     # -- hooks ----------------------------------------------------------------------------
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -156,6 +164,9 @@ class RunRecorder(L.Callback):
                 save_weights(pl_module.model, self.ckpt_dir / f"{policy}.pt", step, fb)
         self.best["final"] = row
         save_weights(pl_module.model, self.ckpt_dir / "final.pt", step, fb)
+        if self._should_stop_early() and step < self.max_steps:
+            self.stopped_early = step
+            trainer.should_stop = True
         self.save_last(trainer)
         best_acc = max(r["acc"] for r in self.val_curve)
         io.write_status(
@@ -166,6 +177,14 @@ class RunRecorder(L.Callback):
             val_acc=metrics["acc"],
             best_val_acc=best_acc,
         )
+
+    def _should_stop_early(self) -> bool:
+        """``callbacks.early_stop``: the last ``patience`` validations all reached the
+        accuracy threshold (off when the threshold is null)."""
+        if self.stop_at_val_acc is None or len(self.val_curve) < self.stop_patience:
+            return False
+        recent = self.val_curve[-self.stop_patience :]
+        return all(r["acc"] >= self.stop_at_val_acc for r in recent)
 
     def save_last(self, trainer: L.Trainer) -> None:
         path = self.ckpt_dir / io.LAST_CKPT
@@ -193,3 +212,91 @@ class FeedbackScheduleCallback(L.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._apply(trainer, pl_module)
+
+
+class FeedbackDiagnostics(L.Callback):
+    """How strongly the recurrent state enters the decoder, over training (issue 12's study).
+
+    Every ``every`` optimizer steps it records, for an RLT with feedback:
+    - ``grad_s_star``, ``grad_W_s``, ``grad_W_g_state`` and ``grad_total``: gradient norms of
+      the optimizer step about to be taken (before clipping, after accumulation);
+    - ``state_share``: mean over a fixed validation batch and its positions of
+      ``|alpha * g_t * (W_s r_{t-1})| / |e_t|``, the state's contribution to the decoder input
+      u_t relative to the encoder's; ``gate``: the mean of g_t.
+    Rows go to ``diagnostics.json`` in the run directory (and survive a resume).
+    """
+
+    def __init__(self, run_dir: str | Path, batch_fn, every: int):
+        self.path = Path(run_dir) / "diagnostics.json"
+        self.batch_fn = batch_fn
+        self.every = max(1, int(every))
+        self.rows: list[dict[str, float]] = []
+        self._grads: dict[str, float] = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rows = list(state["rows"])
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        merge = getattr(pl_module.model, "merge", None)
+        step = trainer.global_step + 1  # the step this update completes
+        if merge is None or step % self.every:
+            return
+        d = merge.s_star.shape[0]
+        w = merge.state_proj.weight.grad
+
+        def norm(t):
+            return float(t.norm()) if t is not None else float("nan")
+
+        total = torch.sqrt(
+            sum(p.grad.pow(2).sum() for p in pl_module.parameters() if p.grad is not None)
+        )
+        self._grads = {
+            "grad_s_star": norm(merge.s_star.grad),
+            "grad_W_g_state": norm(None if w is None else w[:d]),
+            "grad_W_s": norm(None if w is None else w[d:]),
+            "grad_total": float(total),
+        }
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if not self._grads or step % self.every or (self.rows and self.rows[-1]["step"] == step):
+            return
+        row = {"step": step, **self._grads, **self.state_share(pl_module.model)}
+        self._grads = {}
+        self.rows.append(row)
+        io.atomic_write_json(self.path, self.rows)
+
+    @torch.no_grad()
+    def state_share(self, model) -> dict[str, float]:
+        merge = model.merge
+        tokens = self.batch_fn()
+        real = tokens != PAD_ID  # (N, T): padding positions are left out of the means
+        sums = {"ratio": 0.0, "gate": 0.0, "n": 0, "offset": 0}
+
+        def hook(module, inputs, output):
+            e, ge, s = inputs  # (N, c, d), (N, c, d), (N, d): c positions from "offset"
+            c = e.shape[1]
+            mask = real[:, sums["offset"] : sums["offset"] + c]
+            sums["offset"] += c
+            gs, ws = module.state_proj(module.state_norm(s)).chunk(2, dim=-1)
+            gate = torch.sigmoid(ge + gs[:, None])
+            contrib = module.alpha * gate * ws[:, None]
+            ratio = contrib.norm(dim=-1) / e.norm(dim=-1).clamp_min(1e-12)  # (N, c)
+            sums["ratio"] += float(ratio[mask].sum())
+            sums["gate"] += float(gate.mean(dim=-1)[mask].sum())
+            sums["n"] += int(mask.sum())
+
+        was_training = model.training
+        model.eval()
+        handle = merge.register_forward_hook(hook)
+        try:
+            model(tokens)
+        finally:
+            handle.remove()
+            model.train(was_training)
+        if not sums["n"]:
+            return {}
+        return {"state_share": sums["ratio"] / sums["n"], "gate": sums["gate"] / sums["n"]}

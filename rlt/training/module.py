@@ -14,7 +14,7 @@ import lightning as L
 import torch
 from torch import nn
 
-from rlt.models import RLTConfig, TransformerConfig, build_model
+from rlt.models import LSTMConfig, RLTConfig, TransformerConfig, build_model
 from rlt.tasks import metrics as task_metrics
 
 
@@ -127,4 +127,15 @@ class TransformerModule(SequenceModule):
         return build_model(TransformerConfig(**model_cfg))
 
 
-MODULES: dict[str, type[SequenceModule]] = {"rlt": RLTModule, "transformer": TransformerModule}
+class LSTMModule(SequenceModule):
+    """The LSTM recurrent control (not in the report)."""
+
+    def build(self, model_cfg: dict) -> nn.Module:
+        return build_model(LSTMConfig(**model_cfg))
+
+
+MODULES: dict[str, type[SequenceModule]] = {
+    "rlt": RLTModule,
+    "transformer": TransformerModule,
+    "lstm": LSTMModule,
+}

@@ -22,10 +22,15 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import rlt
-from rlt.models import RLTConfig, TransformerConfig
+from rlt.models import LSTMConfig, RLTConfig, TransformerConfig
 from rlt.tasks import get_task
 from rlt.training import hydra_support, io
-from rlt.training.callbacks import POLICIES, FeedbackScheduleCallback, RunRecorder
+from rlt.training.callbacks import (
+    POLICIES,
+    FeedbackDiagnostics,
+    FeedbackScheduleCallback,
+    RunRecorder,
+)
 from rlt.training.evaluate import evaluate_lengths, evaluate_loader
 from rlt.training.schedule import FeedbackSchedule
 
@@ -73,13 +78,16 @@ def prepare(cfg: DictConfig) -> RunSpec:
     if scale.max_steps < 1 or scale.val_every < 1:
         raise ConfigError("scale.max_steps and scale.val_every must be >= 1")
     family = model.family
-    common = dict(
-        d_model=scale.d_model,
-        n_heads=scale.n_heads,
-        d_ff=scale.d_ff,
-        pos_encoding=model.pos_encoding,
-        checkpoint_activations=model.checkpoint_activations,
-    )
+    if family == "lstm":
+        common = {}
+    else:
+        common = dict(
+            d_model=scale.d_model,
+            n_heads=scale.n_heads,
+            d_ff=scale.d_ff,
+            pos_encoding=model.pos_encoding,
+            checkpoint_activations=model.checkpoint_activations,
+        )
     if family == "rlt":
         if model.name.startswith("rlt2") and model.feedback_interval is None:
             raise ConfigError("RLT-2 needs a chunk size: set model.feedback_interval=B (e.g. 4)")
@@ -96,8 +104,13 @@ def prepare(cfg: DictConfig) -> RunSpec:
     elif family == "transformer":
         kwargs = dict(common, n_layers=split.n_enc + split.n_dec)
         config_cls = TransformerConfig
+    elif family == "lstm":
+        kwargs = dict(d_model=scale.d_model, n_layers=split.n_enc + split.n_dec)
+        config_cls = LSTMConfig
     else:
-        raise ConfigError(f"model.family {family!r} is unknown; expected 'rlt' or 'transformer'")
+        raise ConfigError(
+            f"model.family {family!r} is unknown; expected 'rlt', 'transformer' or 'lstm'"
+        )
     try:
         config_cls(**kwargs)
     except (ValueError, TypeError) as e:
@@ -374,8 +387,19 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         max_steps=cfg.scale.max_steps,
         policies=list(cfg.callbacks.policies),
         train_log_every=cfg.trainer.log_every_n_steps,
+        stop_at_val_acc=cfg.callbacks.early_stop.val_acc,
+        stop_patience=cfg.callbacks.early_stop.patience,
     )
     callbacks: list[L.Callback] = [recorder]
+    if cfg.callbacks.diagnostics_every and spec.family == "rlt":
+        n = 64
+
+        def diagnostic_batch():
+            return next(iter(dm.val_dataloader()))["tokens"][:n]
+
+        callbacks.append(
+            FeedbackDiagnostics(run_dir, diagnostic_batch, cfg.callbacks.diagnostics_every)
+        )
     if spec.schedule is not None:
         callbacks.append(FeedbackScheduleCallback(spec.schedule))
     if cfg.trainer.progress_bar:
@@ -408,7 +432,9 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
     fit_start = time.perf_counter()
     trainer.fit(module, datamodule=dm, ckpt_path=str(ckpt_path) if ckpt_path else None)
     if trainer.interrupted or (
-        trainer.global_step < cfg.scale.max_steps and not cfg.debug_flags.fast_dev_run
+        trainer.global_step < cfg.scale.max_steps
+        and not cfg.debug_flags.fast_dev_run
+        and recorder.stopped_early is None
     ):
         raise RuntimeError(
             f"training stopped at step {trainer.global_step} of {cfg.scale.max_steps} "
@@ -419,6 +445,7 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
     fit_seconds = time.perf_counter() - fit_start
 
     results = _evaluate_policies(spec, module, dm, recorder, n_params)
+    results["stopped_early"] = recorder.stopped_early
     results["timing"] = {
         "sec_per_step": recorder.train_seconds / max(1, recorder.timed_steps),
         "train_seconds": recorder.train_seconds,
@@ -576,7 +603,7 @@ def print_table(results: dict[str, Any]) -> None:
     run = results["run"]
     lo, hi = results["train_lengths"]
     table = Table(
-        title=f"{run['label']} {run['split']} on {run['task']}, seed {run['seed']}: "
+        title=f"{run['label']} {run['split'] or ''} on {run['task']}, seed {run['seed']}: "
         f"checkpoint of step {results['selection']['step']} (lowest val loss); "
         f"trained on lengths {lo}-{hi}",
     )

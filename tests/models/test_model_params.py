@@ -58,3 +58,6 @@ def test_params_command_prints_the_table() -> None:
         line = next(line for line in out.splitlines() if line.split()[1:2] == [split])
         assert line.endswith("787,968"), line
     assert any(line.startswith("Transformer 16") for line in out.splitlines())
+    d, v = PAPER["d_model"], PAPER["vocab_size"]
+    lstm8 = 2 * v * d + 8 * (8 * d * d + 8 * d)  # embedding, head, 8 layers of 4 gates
+    assert f"{lstm8:,}" in rows[("LSTM", "8", "-")]
