@@ -300,3 +300,70 @@ class FeedbackDiagnostics(L.Callback):
         if not sums["n"]:
             return {}
         return {"state_share": sums["ratio"] / sums["n"], "gate": sums["gate"] / sums["n"]}
+
+
+class PlainProgress(L.Callback):
+    """One flushed line every ``every_steps`` optimizer steps or ``every_seconds`` seconds
+    (whichever comes first): step/max, train loss, last validation accuracy, steps/s and ETA.
+    For logs (SLURM, nohup, ``> log``) where a live bar shows nothing; lines also go to
+    ``train.log`` in the run directory."""
+
+    def __init__(self, cell: str, recorder: RunRecorder, log_path: Path, every_steps: int,
+                 every_seconds: float, stream=None):  # fmt: skip
+        self.cell = cell
+        self.recorder = recorder
+        self.log_path = Path(log_path)
+        self.every_steps = max(1, int(every_steps))
+        self.every_seconds = float(every_seconds)
+        self.stream = stream
+        self._start: tuple[float, int] | None = None
+        self._last_print = 0.0
+        self._last_step = -1
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._start = (time.perf_counter(), trainer.global_step)
+        self._last_step = trainer.global_step
+        self._last_print = time.perf_counter()
+        self._emit(f"start at step {trainer.global_step}/{self.recorder.max_steps}")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if step == self._last_step:
+            return
+        self._last_step = step
+        now = time.perf_counter()
+        due = step % self.every_steps == 0 or now - self._last_print >= self.every_seconds
+        if not due and step < self.recorder.max_steps:
+            return
+        self._last_print = now
+        self._emit(self.line(step, now))
+
+    def line(self, step: int, now: float) -> str:
+        total = self.recorder.max_steps
+        parts = [f"step {step}/{total}"]
+        if self.recorder.train_curve:
+            parts.append(f"loss {self.recorder.train_curve[-1]['loss']:.4f}")
+        if self.recorder.val_curve:
+            last = self.recorder.val_curve[-1]
+            parts.append(f"val_acc {100 * last['acc']:.2f}% (step {last['step']})")
+        t0, s0 = self._start or (now, step)
+        if step > s0 and now > t0:
+            rate = (step - s0) / (now - t0)
+            eta = (total - step) / rate
+            parts.append(f"{rate:.2f} steps/s, ETA {_duration(eta)}")
+        return ", ".join(parts)
+
+    def _emit(self, text: str) -> None:
+        import sys
+
+        line = f"[{time.strftime('%H:%M:%S')}] {self.cell}: {text}"
+        print(line, file=self.stream or sys.stdout, flush=True)
+        with open(self.log_path, "a") as f:
+            f.write(line + "\n")
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"

@@ -5,6 +5,7 @@ Imported by ``train.py`` (and by tests that compose configs) before any config i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -38,6 +39,30 @@ def is_multirun() -> bool:
         return HydraConfig.get().mode == RunMode.MULTIRUN
     except ValueError:  # HydraConfig not set: called without Hydra
         return False
+
+
+def hydra_output_dir() -> str | None:
+    """The job's output directory when running under Hydra (``hydra.run.dir`` for a single
+    run, ``hydra.sweep.dir/subdir`` in a multirun), else None. Where a user moved Hydra's
+    output, the run directory moves with it."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return HydraConfig.get().runtime.output_dir
+    except (ValueError, AttributeError):
+        return None
+
+
+def run_dir_for(cfg: DictConfig) -> Path:
+    """The one place that decides where a run lives: Hydra's job directory when Hydra runs the
+    job, else ``cfg.out_dir`` (root/group/cell). Kept relative when it is the default."""
+    default = Path(cfg.out_dir)
+    out = hydra_output_dir()
+    if out is None or Path(out).resolve() == default.resolve():
+        return default
+    with contextlib.suppress(ValueError):
+        return Path(out).resolve().relative_to(Path.cwd())
+    return Path(out)
 
 
 class SweepSummary(Callback):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import platform
 import sys
@@ -24,11 +25,12 @@ from omegaconf import DictConfig, OmegaConf
 import rlt
 from rlt.models import LSTMConfig, RLTConfig, TransformerConfig
 from rlt.tasks import get_task
-from rlt.training import hydra_support, io
+from rlt.training import hydra_support, identity, io
 from rlt.training.callbacks import (
     POLICIES,
     FeedbackDiagnostics,
     FeedbackScheduleCallback,
+    PlainProgress,
     RunRecorder,
 )
 from rlt.training.evaluate import evaluate_lengths, evaluate_loader
@@ -64,6 +66,7 @@ def prepare(cfg: DictConfig) -> RunSpec:
         OmegaConf.resolve(cfg)
     except Exception as e:  # interpolation errors name the key already
         raise ConfigError(f"config does not resolve: {e}") from e
+    _check_numbers(cfg)
     scale, model, split = cfg.scale, cfg.model, cfg.split
     for key in ("n_enc", "n_dec"):
         if not isinstance(split[key], int) or split[key] < 0:
@@ -145,6 +148,7 @@ def prepare(cfg: DictConfig) -> RunSpec:
         )
     except (ValueError, TypeError, KeyError) as e:
         raise ConfigError(f"task {cfg.task.name!r}: {e}") from e
+    run_dir = hydra_support.run_dir_for(cfg)
     lengths = list(task.test_lengths)
     if scale.test_lengths_limit:
         lengths = _spread(sorted(lengths), int(scale.test_lengths_limit))
@@ -164,11 +168,11 @@ def prepare(cfg: DictConfig) -> RunSpec:
         "preset": scale.name,
         "sweep": cfg.sweep_name,
         "cell": cfg.cell,
-        "run_dir": str(Path(cfg.out_dir)),
+        "run_dir": str(run_dir),
     }
     return RunSpec(
         cfg=cfg,
-        run_dir=Path(cfg.out_dir),
+        run_dir=run_dir,
         family=family,
         model_kwargs=kwargs,
         task=task,
@@ -177,6 +181,73 @@ def prepare(cfg: DictConfig) -> RunSpec:
         schedule=schedule,
         identity=identity,
     )
+
+
+# (key, kind, minimum, may be null): every numeric field a run reads, checked before any work.
+_NUMBERS = (
+    ("seed", int, 0, False),
+    ("scale.d_model", int, 1, False),
+    ("scale.n_heads", int, 1, False),
+    ("scale.d_ff", int, 1, True),
+    ("scale.global_batch", int, 1, False),
+    ("scale.micro_batch", int, 1, False),
+    ("scale.max_steps", int, 1, False),
+    ("scale.val_every", int, 1, False),
+    ("scale.warmup_steps", int, 0, False),
+    ("scale.lr", float, 0, False),
+    ("scale.min_lr", float, 0, False),
+    ("scale.n_val", int, 1, True),
+    ("scale.n_test", int, 1, True),
+    ("scale.eval_batch", int, 1, False),
+    ("scale.test_lengths_limit", int, 1, True),
+    ("task.data_seed", int, 0, False),
+    ("optim.weight_decay", float, 0, False),
+    ("optim.grad_clip", float, 0, True),
+    ("callbacks.early_stop.val_acc", float, 0, True),
+    ("callbacks.early_stop.patience", int, 1, False),
+    ("callbacks.diagnostics_every", int, 1, True),
+    ("trainer.log_every_n_steps", int, 1, False),
+    ("trainer.progress_every", int, 1, True),
+    ("trainer.progress_seconds", float, 0, False),
+)
+
+
+_TOP_LEVEL = {
+    "task", "model", "split", "scale", "trainer", "logger", "callbacks", "optim", "seed",
+    "root", "sweep_name", "group", "cell", "out_dir", "resume", "force", "print_table",
+    "debug_flags",
+}  # fmt: skip
+
+
+def _check_numbers(cfg: DictConfig) -> None:
+    """No unknown top-level key (``+foo=1``), and every numeric field has the right type and
+    range, with a message naming the key."""
+    unknown = sorted(set(cfg.keys()) - _TOP_LEVEL)
+    if unknown:
+        raise ConfigError(
+            f"unknown config key(s) {unknown}; valid top-level keys: {sorted(_TOP_LEVEL)}"
+        )
+    for key, kind, minimum, nullable in _NUMBERS:
+        value = OmegaConf.select(cfg, key, default="<missing>")
+        if value == "<missing>":
+            raise ConfigError(f"{key} is missing from the config; add it (see conf/)")
+        if value is None and nullable:
+            continue
+        ok_type = not isinstance(value, bool) and (
+            isinstance(value, int) if kind is int else isinstance(value, int | float)
+        )
+        if not ok_type or not math.isfinite(value) or value < minimum:
+            what = "an integer" if kind is int else "a number"
+            raise ConfigError(f"{key} must be {what} >= {minimum}, got {value!r}")
+    if cfg.scale.lr <= 0:
+        raise ConfigError(f"scale.lr must be > 0, got {cfg.scale.lr!r}")
+    if cfg.scale.min_lr > cfg.scale.lr:
+        raise ConfigError(
+            f"scale.min_lr ({cfg.scale.min_lr}) must not exceed scale.lr ({cfg.scale.lr})"
+        )
+    es = cfg.callbacks.early_stop.val_acc
+    if es is not None and es > 1:
+        raise ConfigError(f"callbacks.early_stop.val_acc is a fraction in [0, 1], got {es!r}")
 
 
 def _spread(values: list[int], k: int) -> list[int]:
@@ -200,6 +271,8 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
     cell = spec.identity["cell"]
     results_path = run_dir / io.RESULTS
     status = io.read_json(run_dir / io.STATUS) or {}
+    if not cfg.force:
+        _check_same_config(spec)
     if results_path.exists() and status.get("state") == "done" and not cfg.force:
         _say(f"[skipped] {cell}: already done; results in {results_path} (force=true retrains)")
         if cfg.print_table and not hydra_support.is_multirun():
@@ -277,6 +350,24 @@ def _lock_is_stale(lock: Path) -> bool:
     except PermissionError:
         return False
     return False
+
+
+def _check_same_config(spec: RunSpec) -> None:
+    """Refuse to skip or resume a run directory that holds another configuration."""
+    stored = identity.stored_config(spec.run_dir)
+    if stored is None:
+        return
+    diffs = identity.config_differences(stored, identity.requested_config(spec.cfg))
+    if not diffs:
+        return
+    listing = "\n  ".join(diffs)
+    raise ConfigError(
+        f"{spec.run_dir} holds a run of another configuration; these keys differ "
+        f"(stored -> requested):\n  {listing}\n"
+        "Nothing was changed. Either rerun with force=true to retrain this directory with the "
+        "new values (its old results are replaced), or keep both by giving the new run its own "
+        "place: root=DIR or sweep_name=NAME."
+    )
 
 
 def _check_checkpoint(path: Path) -> None:
@@ -357,7 +448,7 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         micro_batch_size=cfg.scale.micro_batch,
         global_batch_size=cfg.scale.global_batch,
         max_steps=cfg.scale.max_steps,
-        eval_batch_size=cfg.scale.get("eval_batch", 256),
+        eval_batch_size=cfg.scale.eval_batch,
     )
     failure = (
         OmegaConf.to_container(cfg.callbacks.inject_failure)
@@ -402,10 +493,21 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         )
     if spec.schedule is not None:
         callbacks.append(FeedbackScheduleCallback(spec.schedule))
-    if cfg.trainer.progress_bar:
+    live_bar = bool(cfg.trainer.progress_bar) and sys.stdout.isatty()
+    if live_bar:
         from lightning.pytorch.callbacks import RichProgressBar
 
         callbacks.append(RichProgressBar(leave=True))
+    elif cfg.trainer.progress_every:
+        callbacks.append(
+            PlainProgress(
+                cell=spec.identity["cell"],
+                recorder=recorder,
+                log_path=run_dir / "train.log",
+                every_steps=cfg.trainer.progress_every,
+                every_seconds=cfg.trainer.progress_seconds,
+            )
+        )
     loggers = _make_loggers(cfg, spec, run_dir)
 
     trainer = L.Trainer(
@@ -420,7 +522,7 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         num_sanity_val_steps=0,
         check_val_every_n_epoch=None,
         enable_checkpointing=False,
-        enable_progress_bar=bool(cfg.trainer.progress_bar),
+        enable_progress_bar=live_bar,
         enable_model_summary=False,
         logger=loggers or False,
         callbacks=callbacks,

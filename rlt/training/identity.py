@@ -1,0 +1,90 @@
+"""Config identity: is the run on disk the configuration that was asked for?
+
+A run directory holds one configuration. Before a finished run is skipped or a killed one is
+resumed, the stored resolved config (``config.yaml``) is compared with the requested one over
+every key that can change results; run-control keys (threads, progress output, printing,
+resume/force, loggers, where the directory lives) are left out.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+# Keys (dotted prefixes) that never change a run's results.
+RUN_CONTROL = (
+    "root",
+    "out_dir",
+    "group",
+    "cell",
+    "sweep_name",
+    "resume",
+    "force",
+    "print_table",
+    "logger",
+    "scale.eval_batch",
+    "trainer.threads",
+    "trainer.progress_bar",
+    "trainer.progress_every",
+    "trainer.progress_seconds",
+    "trainer.log_every_n_steps",
+    "callbacks.inject_failure",
+    "callbacks.diagnostics_every",
+)
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; lists stay values."""
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: node}
+
+
+def identity_view(config: dict[str, Any]) -> dict[str, Any]:
+    """The result-changing keys of a resolved config, flattened."""
+    flat = flatten(config)
+    view = {
+        k: v
+        for k, v in flat.items()
+        if not any(k == p or k.startswith(p + ".") for p in RUN_CONTROL)
+    }
+    if view.get("callbacks.early_stop.val_acc") is None:
+        view.pop("callbacks.early_stop.patience", None)  # inert without a threshold
+    return view
+
+
+def config_differences(stored: dict[str, Any], requested: dict[str, Any]) -> list[str]:
+    """``key: old -> new`` for every result-changing key that differs. A key that only one side
+    has counts when its value is set (not null/false/empty): configs written by an older
+    version lack keys added since, whose unset value means the old behaviour."""
+    old, new = identity_view(stored), identity_view(requested)
+    unset = (None, False, [], {})
+    lines = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key, "<absent>"), new.get(key, "<absent>")
+        if a == b:
+            continue
+        if (key not in old and b in unset) or (key not in new and a in unset):
+            continue
+        lines.append(f"{key}: {a!r} -> {b!r}")
+    return lines
+
+
+def stored_config(run_dir: Path) -> dict[str, Any] | None:
+    """The resolved config saved in a run directory, or None if there is none (or unreadable)."""
+    path = run_dir / "config.yaml"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def requested_config(cfg: DictConfig) -> dict[str, Any]:
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]

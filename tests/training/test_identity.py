@@ -1,0 +1,123 @@
+"""A run directory is one configuration: skip and resume only when the requested config is
+the stored one; bad values fail before any file changes."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from rlt.training.identity import config_differences
+from rlt.training.run import ConfigError, run
+from tests.training.helpers import compose_cfg
+
+
+def tiny(tmp_path: Path, *overrides: str):
+    return compose_cfg(
+        ["experiment=tiny", f"root={tmp_path}", "task=parity", "split=1+1", *overrides]
+    )
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every file under root with a digest of its bytes."""
+    return {
+        str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture
+def finished(tmp_path):
+    out = run(tiny(tmp_path))
+    assert out["state"] == "done"
+    return tmp_path
+
+
+def test_changed_lr_on_a_finished_run_is_refused_and_nothing_written(finished):
+    before = snapshot(finished)
+    with pytest.raises(ConfigError, match=r"scale\.lr: 0\.001 -> 0\.5") as err:
+        run(tiny(finished, "scale.lr=0.5"))
+    assert "force=true" in str(err.value) and "root=" in str(err.value)
+    assert snapshot(finished) == before
+
+
+def test_run_control_keys_do_not_count(finished, capsys):
+    out = run(tiny(finished, "trainer.threads=2", "print_table=false", "logger=none"))
+    assert out["state"] == "skipped"
+
+
+def test_killed_run_with_changed_alpha_is_refused(tmp_path):
+    failing = tiny(tmp_path, "+callbacks.inject_failure={kind: error, step: 3}")
+    out = run(failing, raise_on_failure=False)
+    assert out["state"] == "failed"
+    assert (Path(out["run_dir"]) / "checkpoints" / "last.ckpt").exists()
+    before = snapshot(tmp_path)
+    with pytest.raises(ConfigError, match=r"model\.alpha: 0\.1 -> 0\.7"):
+        run(tiny(tmp_path, "model.alpha=0.7"))
+    assert snapshot(tmp_path) == before
+    assert run(tiny(tmp_path))["state"] == "resumed"  # the same config resumes as before
+
+
+def test_force_retrains_with_the_new_config(finished):
+    out = run(tiny(finished, "scale.lr=0.002", "force=true"))
+    assert out["state"] == "done"
+    assert "lr: 0.002" in (Path(out["run_dir"]) / "config.yaml").read_text()
+    assert run(tiny(finished, "scale.lr=0.002"))["state"] == "skipped"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (["seed=abc"], "seed"),
+        (["seed=-1"], "seed"),
+        (["scale.micro_batch=0"], "scale.micro_batch"),
+        (["scale.lr=abc"], "scale.lr"),
+        (["scale.lr=-1"], "scale.lr"),
+        (["force=true", "scale.lr=abc"], "scale.lr"),
+        (["+foo=1"], "foo"),
+    ],
+)
+def test_bad_values_fail_before_any_file_changes(finished, overrides, key):
+    before = snapshot(finished)
+    with pytest.raises(ConfigError, match=key):
+        run(tiny(finished, *overrides))
+    assert snapshot(finished) == before
+
+
+def test_differences_ignore_unset_keys_an_older_config_lacks():
+    old = {"scale": {"lr": 0.1}, "callbacks": {}}
+    new = {"scale": {"lr": 0.1}, "callbacks": {"early_stop": {"val_acc": None, "patience": 2}}}
+    assert config_differences(old, new) == []
+    new["callbacks"]["early_stop"]["val_acc"] = 0.99
+    assert config_differences(old, new) == [
+        "callbacks.early_stop.patience: '<absent>' -> 2",
+        "callbacks.early_stop.val_acc: '<absent>' -> 0.99",
+    ]
+
+
+@pytest.mark.slow
+def test_redirected_run_logs_progress_lines_while_it_trains(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.training.helpers import REPO
+
+    log = tmp_path / "log.txt"
+    with open(log, "w") as out:
+        subprocess.run(
+            [sys.executable, str(REPO / "train.py"), "experiment=tiny", "task=parity",
+             "split=1+1", f"root={tmp_path / 'runs'}", "scale.max_steps=6",
+             "trainer.progress_bar=true", "trainer.progress_every=2"],
+            stdout=out, stderr=subprocess.STDOUT, check=True, cwd=tmp_path,
+        )  # fmt: skip
+    lines = log.read_text().splitlines()
+    progress = [i for i, line in enumerate(lines) if "parity/rlt1/1+1/seed42: step " in line]
+    done = next(i for i, line in enumerate(lines) if line.startswith("[done]"))
+    steps = [lines[i].split("step ")[1].split(",")[0] for i in progress]
+    assert steps == ["2/6", "4/6", "6/6"]
+    assert any("seed42: start at step 0/6" in line for line in lines)
+    assert progress[-1] < done  # written while training, not at the end
+    run_log = (tmp_path / "runs/tiny/parity/rlt1/1+1/seed42/train.log").read_text()
+    assert "step 4/6" in run_log and "steps/s" in run_log
