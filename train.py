@@ -4,23 +4,36 @@ python train.py                                   # the default quickstart exper
 python train.py task=parity model=rlt1 split=5+3 seed=42
 python train.py -m task=parity,s5_swaps split=4+4,5+3 seed=42,43,44
 python train.py -m sweep=main                     # the report's depth-8 grid
+
+A configuration error prints one line naming the key and the fix (exit status 2); set
+RLT_DEBUG=1 for the traceback.
 """
+
+import os
+import sys
 
 import hydra
 from omegaconf import DictConfig
 
-from rlt.training import hydra_support  # noqa: F401  (registers config resolvers)
+from rlt.training import hydra_support
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    from rlt.training.run import run
+    from rlt.training.run import ConfigError, run
 
     multirun = hydra_support.is_multirun()
-    outcome = run(cfg, raise_on_failure=not multirun)
+    try:
+        outcome = run(cfg, raise_on_failure=not multirun)
+    except ConfigError as e:
+        if os.environ.get("RLT_DEBUG"):
+            raise
+        print(f"config error: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
     if multirun:
         hydra_support.report_job(cfg, outcome)
 
 
 if __name__ == "__main__":
+    hydra_support.precheck_overrides(sys.argv[1:])
     main()

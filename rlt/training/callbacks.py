@@ -59,6 +59,18 @@ def save_weights(module: torch.nn.Module, path: Path, step: int, feedback_interv
     os.replace(tmp, path)
 
 
+def load_weights(path: Path) -> dict[str, Any]:
+    """A policy file written by :func:`save_weights`, loaded with ``weights_only=True``: tensors
+    and plain values only, so a run directory from someone else cannot execute code."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise RuntimeError(
+            f"cannot load the weights file {path} ({type(e).__name__}: {str(e)[:200]}). It must "
+            "hold only tensors and plain values; rerun with force=true to retrain this run."
+        ) from e
+
+
 class RunRecorder(L.Callback):
     """Validates every ``val_every`` steps and at the end, keeps the checkpoint of every policy,
     ``last.ckpt`` for resume, the curves, step timings and ``status.json``."""

@@ -65,6 +65,31 @@ def run_dir_for(cfg: DictConfig) -> Path:
     return Path(out)
 
 
+def precheck_overrides(argv: list[str]) -> None:
+    """Catch a misspelled ``model.<key>=value`` before Hydra does: Hydra's own message does not
+    list the valid keys. Prints one line naming them and exits with status 2."""
+    import dataclasses
+
+    from rlt.models import LSTMConfig, RLTConfig, TransformerConfig
+
+    families = {"rlt": RLTConfig, "transformer": TransformerConfig, "lstm": LSTMConfig}
+    meta = {"name", "family", "label", "arch_tag", "feedback_schedule", "feedback_interval"}
+    model = next((a.split("=", 1)[1] for a in argv if a.startswith("model=")), "rlt1")
+    family = "transformer" if model.startswith("transformer") else model
+    family = family if family in families else "rlt"
+    sized = {"d_model", "n_heads", "d_ff", "n_enc", "n_dec", "n_layers", "vocab_size"}
+    valid = sorted({f.name for f in dataclasses.fields(families[family])} - sized | meta)
+    for arg in argv:
+        key = arg.split("=", 1)[0]
+        if key.startswith("model.") and "=" in arg and key[len("model.") :] not in valid:
+            print(
+                f"config error: {key} is not a model key (model={model}); valid keys: "
+                + ", ".join(f"model.{k}" for k in valid),
+                file=sys.stderr,
+            )
+            sys.exit(2)
+
+
 class SweepSummary(Callback):
     """Prints one line per cell of a multirun and a final count; exits non-zero when any cell
     failed. Jobs report through small files in ``<sweep_dir>/.jobs`` because the joblib and

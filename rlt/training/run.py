@@ -8,6 +8,7 @@ composed config, so tests can call it without a command line.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import math
 import os
@@ -32,6 +33,7 @@ from rlt.training.callbacks import (
     FeedbackScheduleCallback,
     PlainProgress,
     RunRecorder,
+    load_weights,
 )
 from rlt.training.evaluate import evaluate_lengths, evaluate_loader
 from rlt.training.schedule import FeedbackSchedule
@@ -80,44 +82,11 @@ def prepare(cfg: DictConfig) -> RunSpec:
         )
     if scale.max_steps < 1 or scale.val_every < 1:
         raise ConfigError("scale.max_steps and scale.val_every must be >= 1")
-    family = model.family
-    if family == "lstm":
-        common = {}
-    else:
-        common = dict(
-            d_model=scale.d_model,
-            n_heads=scale.n_heads,
-            d_ff=scale.d_ff,
-            pos_encoding=model.pos_encoding,
-            checkpoint_activations=model.checkpoint_activations,
-        )
-    if family == "rlt":
-        if model.name.startswith("rlt2") and model.feedback_interval is None:
+    if model.get("family") == "rlt" and str(model.get("name", "")).startswith("rlt2"):
+        if model.get("feedback_interval") is None:
             raise ConfigError("RLT-2 needs a chunk size: set model.feedback_interval=B (e.g. 4)")
-        kwargs = dict(
-            common,
-            n_enc=split.n_enc,
-            n_dec=split.n_dec,
-            window=model.window,
-            alpha=model.alpha,
-            feedback_interval=model.feedback_interval,
-            tbptt=model.tbptt,
-        )
-        config_cls = RLTConfig
-    elif family == "transformer":
-        kwargs = dict(common, n_layers=split.n_enc + split.n_dec)
-        config_cls = TransformerConfig
-    elif family == "lstm":
-        kwargs = dict(d_model=scale.d_model, n_layers=split.n_enc + split.n_dec)
-        config_cls = LSTMConfig
-    else:
-        raise ConfigError(
-            f"model.family {family!r} is unknown; expected 'rlt', 'transformer' or 'lstm'"
-        )
-    try:
-        config_cls(**kwargs)
-    except (ValueError, TypeError) as e:
-        raise ConfigError(f"model config: {e}") from e
+    family, _, kwargs = model_config(cfg)
+    trainer_args(cfg)
 
     schedule = None
     if model.get("feedback_schedule"):
@@ -250,6 +219,114 @@ def _check_numbers(cfg: DictConfig) -> None:
         raise ConfigError(f"callbacks.early_stop.val_acc is a fraction in [0, 1], got {es!r}")
 
 
+# Config-only keys of a model node (identity and grouping); every other key is a field of the
+# family's config dataclass.
+_MODEL_META = ("name", "family", "label", "arch_tag", "feedback_schedule")
+# Fields that come from other groups: sizes from scale, depth from split.
+_FROM_SCALE = ("d_model", "n_heads", "d_ff")
+_FAMILIES = {"rlt": RLTConfig, "transformer": TransformerConfig, "lstm": LSTMConfig}
+
+
+def model_config(cfg: DictConfig) -> tuple[str, type, dict[str, Any]]:
+    """(family, config class, validated kwargs) of the model a config describes: every key of
+    ``model`` but the meta keys is passed to the family's dataclass; sizes come from ``scale``
+    and depth from ``split``. Unknown keys and bad values raise ConfigError naming the fix."""
+    model, scale, split = cfg.model, cfg.scale, cfg.split
+    family = model.get("family")
+    if family not in _FAMILIES:
+        raise ConfigError(
+            f"model.family {family!r} is unknown; expected one of {sorted(_FAMILIES)}"
+        )
+    config_cls = _FAMILIES[family]
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    settable = sorted(fields - set(_FROM_SCALE) - {"n_enc", "n_dec", "n_layers", "vocab_size"})
+    # The baselines carry feedback_interval: null only so every model node has the same keys.
+    meta = _MODEL_META if family == "rlt" else (*_MODEL_META, "feedback_interval")
+    given = {k: v for k, v in model.items() if k not in meta}
+    unknown = sorted(set(given) - set(settable))
+    if unknown:
+        raise ConfigError(
+            f"model.{unknown[0]} is not a field of model family {family!r} "
+            f"(unknown: {unknown}); valid keys: model.{', model.'.join(settable)}"
+        )
+    for f in dataclasses.fields(config_cls):
+        if f.name in given:
+            _check_type(f"model.{f.name}", given[f.name], f.default)
+    kwargs = dict(given)
+    kwargs.update({k: scale[k] for k in _FROM_SCALE if k in fields})
+    if family == "rlt":
+        kwargs.update(n_enc=split.n_enc, n_dec=split.n_dec)
+    else:
+        kwargs.update(n_layers=split.n_enc + split.n_dec)
+    try:
+        config_cls(**kwargs)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"model config: {e}") from e
+    return family, config_cls, kwargs
+
+
+# Trainer arguments the run sets itself, and the config key that controls each.
+_TRAINER_OWN = {
+    "accelerator": "trainer.accelerator",
+    "devices": "trainer.devices",
+    "precision": "trainer.precision",
+    "max_steps": "scale.max_steps",
+    "accumulate_grad_batches": "scale.global_batch / scale.micro_batch",
+    "gradient_clip_val": "optim.grad_clip",
+    "gradient_clip_algorithm": "optim.grad_clip",
+    "limit_val_batches": "scale.val_every (validation runs in RunRecorder)",
+    "num_sanity_val_steps": "scale.val_every",
+    "check_val_every_n_epoch": "scale.val_every",
+    "enable_checkpointing": "callbacks.policies",
+    "enable_progress_bar": "trainer.progress_bar",
+    "enable_model_summary": "-",
+    "logger": "logger=...",
+    "callbacks": "callbacks.*",
+    "log_every_n_steps": "trainer.log_every_n_steps",
+    "overfit_batches": "debug=overfit",
+    "default_root_dir": "hydra.run.dir / root",
+}
+
+
+def trainer_args(cfg: DictConfig) -> dict[str, Any]:
+    """``trainer.args``: extra lightning.Trainer arguments, checked against its signature."""
+    import inspect
+
+    import lightning as L
+
+    node = cfg.trainer.get("args")
+    extra = {} if node is None else OmegaConf.to_container(node, resolve=True)
+    valid = set(inspect.signature(L.Trainer.__init__).parameters) - {"self"}
+    for key in extra:
+        if key in _TRAINER_OWN:
+            raise ConfigError(
+                f"trainer.args.{key} is set by the run itself; use {_TRAINER_OWN[key]} instead"
+            )
+        if key not in valid:
+            raise ConfigError(
+                f"trainer.args.{key} is not a lightning.Trainer argument; valid: "
+                + ", ".join(sorted(valid - set(_TRAINER_OWN)))
+            )
+    return extra
+
+
+def _check_type(key: str, value: Any, default: Any) -> None:
+    """A model field takes the type of its default (an int is fine where a float is)."""
+    if default is None or default is dataclasses.MISSING or value is None:
+        return
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, int | float):
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        ok = ok and (isinstance(value, int) or not isinstance(default, int))
+    else:
+        ok = isinstance(value, type(default))
+    if not ok:
+        raise ConfigError(
+            f"{key} must be of type {type(default).__name__} (default {default!r}), got {value!r}"
+        )
+
+
 def _spread(values: list[int], k: int) -> list[int]:
     """``k`` values spread over a sorted list, always keeping the first and the last."""
     if k >= len(values):
@@ -373,7 +450,7 @@ def _check_same_config(spec: RunSpec) -> None:
 def _check_checkpoint(path: Path) -> None:
     """Fail with the fix spelled out when ``last.ckpt`` cannot be read."""
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
         if "state_dict" not in ckpt or "loops" not in ckpt:
             raise ValueError("not a Lightning training checkpoint")
     except Exception as e:
@@ -428,7 +505,6 @@ def _quiet_lightning() -> None:
         ".*val_dataloader.*validation_step.*",
         ".*does not have many workers.*",
         ".*LeafSpec.*",
-        ".*weights_only.*",
     ):
         warnings.filterwarnings("ignore", message=message)
 
@@ -511,6 +587,7 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
     loggers = _make_loggers(cfg, spec, run_dir)
 
     trainer = L.Trainer(
+        **{"deterministic": False, **trainer_args(cfg)},
         accelerator=cfg.trainer.accelerator,
         devices=_devices(cfg),
         precision=cfg.trainer.precision,
@@ -527,16 +604,18 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         logger=loggers or False,
         callbacks=callbacks,
         log_every_n_steps=cfg.trainer.log_every_n_steps,
-        deterministic=False,
         overfit_batches=cfg.debug_flags.overfit_batches,
         default_root_dir=str(run_dir),
     )
     fit_start = time.perf_counter()
-    trainer.fit(module, datamodule=dm, ckpt_path=str(ckpt_path) if ckpt_path else None)
+    trainer.fit(
+        module,
+        datamodule=dm,
+        ckpt_path=str(ckpt_path) if ckpt_path else None,
+        weights_only=True,  # tensors and plain containers only: a shared run dir runs no code
+    )
     if trainer.interrupted or (
-        trainer.global_step < cfg.scale.max_steps
-        and not cfg.debug_flags.fast_dev_run
-        and recorder.stopped_early is None
+        trainer.global_step < cfg.scale.max_steps and recorder.stopped_early is None
     ):
         raise RuntimeError(
             f"training stopped at step {trainer.global_step} of {cfg.scale.max_steps} "
@@ -582,9 +661,7 @@ def _evaluate_policies(spec, module, dm, recorder: RunRecorder, n_params: int) -
     by_step: dict[int, list[dict]] = {}
     by_policy: dict[str, dict[str, Any]] = {}
     for policy in policies:
-        ckpt = torch.load(
-            spec.run_dir / io.CKPT_DIR / f"{policy}.pt", map_location="cpu", weights_only=False
-        )
+        ckpt = load_weights(spec.run_dir / io.CKPT_DIR / f"{policy}.pt")
         step = int(ckpt["step"])
         # Evaluate with the chunk size of the last training stage (SPEC: inference must use it).
         fb = spec.schedule.final if spec.schedule is not None else ckpt["feedback_interval"]

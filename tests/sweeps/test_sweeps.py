@@ -204,3 +204,20 @@ def test_user_grid_command_expands_to_twelve_runs():
     cfg = compose_cfg(["task=parity", "split=4+4", "seed=42"], hydra=True)
     cfg.hydra.overrides.task = ["task=parity,s5_swaps", "split=4+4,5+3", "seed=42,43,44"]
     assert len(expand_jobs(cfg)) == 12
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("full", ["main", "feedback", "parity16"])
+def test_small_presets_have_the_cells_of_their_full_preset(full):
+    from hydra import compose, initialize_config_dir
+
+    def cells(sweep: str) -> tuple[set[str], str]:
+        cfg = compose("config", overrides=[f"sweep={sweep}"], return_hydra_config=True)
+        cfg.hydra.overrides.task = [f"sweep={sweep}"]
+        return {compose("config", overrides=job).cell for job in expand_jobs(cfg)}, cfg.scale.name
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        full_cells, full_scale = cells(full)
+        small_cells, small_scale = cells(f"{full}_small")
+    assert small_cells == full_cells and len(full_cells) > 0
+    assert (full_scale, small_scale) == ("paper", "small")

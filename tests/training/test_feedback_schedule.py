@@ -82,7 +82,7 @@ def test_schedule_ending_at_one_evaluates_exactly_as_rlt1(tmp_path):
     # An independently built RLT-1 (B=1 from its config) with the selected weights.
     kwargs = dict(spec.model_kwargs, feedback_interval=1)
     rlt1 = build_model(RLTConfig(**kwargs))
-    ckpt = torch.load(Path(cfg.out_dir) / "checkpoints" / "min_val_loss.pt", weights_only=False)
+    ckpt = torch.load(Path(cfg.out_dir) / "checkpoints" / "min_val_loss.pt", weights_only=True)
     rlt1.load_state_dict(ckpt["state_dict"])
     dm = TaskDataModule(task=spec.task, micro_batch_size=4, global_batch_size=8, max_steps=6)
     rows = evaluate_lengths(

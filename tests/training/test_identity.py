@@ -121,3 +121,82 @@ def test_redirected_run_logs_progress_lines_while_it_trains(tmp_path):
     assert progress[-1] < done  # written while training, not at the end
     run_log = (tmp_path / "runs/tiny/parity/rlt1/1+1/seed42/train.log").read_text()
     assert "step 4/6" in run_log and "steps/s" in run_log
+
+
+class _Payload:
+    """Unpickling this runs a command: what a malicious checkpoint would carry."""
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("touch PWNED",))
+
+
+def test_policy_file_with_a_pickle_payload_is_refused(tmp_path, monkeypatch):
+    import torch
+
+    from rlt.training.callbacks import load_weights
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "min_val_loss.pt"
+    torch.save({"step": 1, "feedback_interval": 1, "state_dict": {}, "x": _Payload()}, path)
+    with pytest.raises(RuntimeError, match="only tensors and plain values"):
+        load_weights(path)
+    assert not (tmp_path / "PWNED").exists()
+    good = tmp_path / "good.pt"
+    torch.save({"step": 3, "feedback_interval": None, "state_dict": {"w": torch.ones(2)}}, good)
+    assert load_weights(good)["step"] == 3
+
+
+def test_every_model_field_reaches_the_built_model():
+    from rlt.training.module import MODULES
+    from rlt.training.run import prepare
+
+    spec = prepare(compose_cfg(["experiment=tiny", "scale.d_model=64", "model.init_std=0.05"]))
+    assert spec.model_kwargs["init_std"] == 0.05
+    model = MODULES[spec.family](spec.model_kwargs, {}, {}).model
+    assert model.config.init_std == 0.05
+    w = model.encoder[0].attn.qkv.weight  # a plain (non-residual) projection: N(0, init_std)
+    assert 0.045 < float(w.detach().std()) < 0.055
+    spec = prepare(
+        compose_cfg(["experiment=tiny", "model.enc_final_norm=true", "model.fused=false"])
+    )
+    assert spec.model_kwargs["enc_final_norm"] is True and spec.model_kwargs["fused"] is False
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["+model.nope=1"], r"model\.nope is not a field .*valid keys: .*model\.init_std"),
+        (["model=lstm", "+model.alpha=1"], r"model\.alpha is not a field of model family 'lstm'"),
+        (["model.init_std=abc"], r"model\.init_std must be of type float"),
+        (["model.fused=3"], r"model\.fused must be of type bool"),
+        (["+trainer.args.max_steps=3"], r"use scale\.max_steps instead"),
+        (["+trainer.args.bogus=3"], r"not a lightning\.Trainer argument"),
+    ],
+)
+def test_bad_model_and_trainer_keys_are_named(overrides, message):
+    from rlt.training.run import prepare
+
+    with pytest.raises(ConfigError, match=message):
+        prepare(compose_cfg(["experiment=tiny", *overrides]))
+
+
+def test_trainer_args_pass_through(tmp_path):
+    out = run(tiny(tmp_path, "+trainer.args.limit_train_batches=4", "scale.max_steps=1"))
+    assert out["state"] == "done"
+
+
+def test_command_line_names_valid_model_keys(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.training.helpers import REPO
+
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), "model.nope=1", f"root={tmp_path}"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "model.nope is not a model key" in proc.stderr and "model.init_std" in proc.stderr
+    assert "Traceback" not in proc.stderr and not any(tmp_path.iterdir())

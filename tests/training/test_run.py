@@ -73,7 +73,7 @@ def test_selected_checkpoint_is_the_earliest_lowest_validation_loss(tmp_path):
     best = min(losses)
     assert res["selection"]["step"] == res["val_curve"][losses.index(best)]["step"]
     ckpt = torch.load(
-        Path(res["run"]["run_dir"]) / "checkpoints" / "min_val_loss.pt", weights_only=False
+        Path(res["run"]["run_dir"]) / "checkpoints" / "min_val_loss.pt", weights_only=True
     )
     assert ckpt["step"] == res["selection"]["step"]
 
@@ -90,7 +90,7 @@ def test_resume_after_a_crash_equals_an_uninterrupted_run(tmp_path):
     run_dir = Path(crash.out_dir)
     status = json.loads((run_dir / io.STATUS).read_text())
     assert status["state"] == "failed" and "injected failure" in status["traceback"]
-    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 2
 
     out = run(compose_cfg(tiny(tmp_path / "b", *common)))
     assert out["state"] == "resumed"
