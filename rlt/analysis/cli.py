@@ -95,6 +95,12 @@ def tables_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--reference", type=Path, help="reference JSON for --compare-report")
     p.add_argument("--no-per-seed", action="store_true", help="omit per-seed detail on stdout")
     p.add_argument("--quiet", action="store_true", help="write files only")
+    p.add_argument(
+        "--wandb",
+        action="store_true",
+        help="also draw the figures and log tables and figures to one W&B run (offline unless "
+        "WANDB_MODE says otherwise; in OUT/wandb, upload with `wandb sync`)",
+    )
     a = p.parse_args(argv)
     opts = ReportOptions(
         step=a.step,
@@ -118,6 +124,15 @@ def tables_main(argv: Sequence[str] | None = None) -> int:
     if not a.quiet:
         print(text)
     print(f"wrote {len(paths)} files to {out} (report.md, CSV, LaTeX)", file=sys.stderr)
+    if a.wandb:
+        from rlt.analysis.figures import make_figures
+        from rlt.analysis.wandb_log import log_report
+
+        drawn = make_figures(c, out / "figures", policy=a.policy, metric=a.metric, formats=("png",))
+        figures = [path for r in drawn for path in r.paths]
+        run_dir = log_report(out, list(a.sweep_dirs), paths, figures)
+        print(f"logged {len(paths)} tables and {len(figures)} figures to W&B: {run_dir}",
+              file=sys.stderr)  # fmt: skip
     return 0
 
 

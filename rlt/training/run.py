@@ -730,6 +730,7 @@ def _make_loggers(cfg: DictConfig, spec: RunSpec, run_dir: Path) -> list:
                 project=w.project,
                 entity=w.entity,
                 group=w.group,
+                job_type=w.get("job_type"),
                 tags=list(w.tags),
                 name=spec.identity["cell"],
                 id=hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:16],
@@ -765,9 +766,16 @@ def _log_results(loggers: list, results: dict[str, Any]) -> None:
                 "params": results["params"],
                 "best_step": results["selection"]["step"],
                 "sec_per_step": results["timing"]["sec_per_step"],
+                **summary_by_length(results),
             }
         )
         wandb.finish()
+
+
+def summary_by_length(results: dict[str, Any]) -> dict[str, float]:
+    """``{"test/acc@256": 0.98, ...}``: the selected checkpoint's test metrics as flat summary
+    keys, so W&B's runs table can sort and filter by them."""
+    return {f"test/{r['metric']}@{r['length']}": r["value"] for r in results["test"]}
 
 
 def print_table(results: dict[str, Any]) -> None:

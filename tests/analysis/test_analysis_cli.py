@@ -66,3 +66,35 @@ def test_figures_cli(tmp_path: Path, capsys) -> None:
 def test_bad_length_argument_names_the_expected_form(sweep: Path) -> None:
     with pytest.raises(SystemExit, match="expected N or TASK=N"):
         tables_main([str(sweep), "--length", "parity=abc"])
+
+
+@pytest.mark.slow
+def test_tables_wandb_logs_tables_and_figures_offline(tmp_path, monkeypatch):
+    """`analysis/tables.py DIR --wandb`: one offline W&B run holding the tables and figures."""
+    import json
+    import os
+
+    from tests.training.helpers import REPO
+
+    env_root = tmp_path / "runs"
+    subprocess.run(
+        [sys.executable, str(REPO / "train.py"), "-m", "experiment=tiny", "task=parity",
+         "split=1+1", "seed=42,43", f"root={env_root}"],
+        check=True, capture_output=True, cwd=tmp_path,
+    )  # fmt: skip
+    sweep = env_root / "tiny"
+    out = tmp_path / "analysis"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "analysis" / "tables.py"), str(sweep), "--out", str(out),
+         "--wandb", "--quiet"],
+        capture_output=True, text=True, cwd=tmp_path,
+        env={**os.environ, "WANDB_MODE": "offline"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    runs = list((out / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    log = next(runs[0].glob("run-*.wandb")).read_bytes()
+    assert b"figures/length_" in log  # the length-curve figure
+    tables = sorted(p.stem for p in out.glob("*.csv"))
+    assert any(f"tables/{name}".encode() in log for name in tables)
+    assert json.loads((sweep / "parity/rlt1/1+1/seed42/results.json").read_text())["run"]

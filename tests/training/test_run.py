@@ -154,3 +154,9 @@ def test_wandb_offline_run_leaves_config_and_metrics(tmp_path, monkeypatch):
     for key in (b"data_seed", b"d_model", b"val/acc", b"length_generalization"):
         assert key in log, key
     assert (Path(cfg.out_dir) / "csv" / "metrics.csv").exists()
+    # One W&B group per table cell (all seeds of sweep/task/model/split), the model label as
+    # job_type, and the selected checkpoint's metrics as sortable per-length summary keys.
+    assert f"tiny/parity/rlt1/{cfg.split.name}".encode() in log and b"RLT-1" in log
+    results = load_results(cfg.out_dir)
+    longest = max(results["test_lengths"])
+    assert f"test/acc@{longest}".encode() in log
