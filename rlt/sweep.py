@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rlt.training.io import lock_is_stale
+
 GRID = "grid.json"
 
 
@@ -47,7 +49,9 @@ def cell_states(sweep_dir: str | Path) -> list[dict[str, Any]]:
         state = status.get("state", "missing" if not d.exists() else "pending")
         if state == "done" and not (d / "results.json").exists():
             state = "incomplete"
-        if state == "running" and not (d / ".lock").exists():
+        elif state == "done" and _read(d / "results.json") is None:
+            state = "unreadable"  # results.json does not parse: a relaunch re-evaluates it
+        if state == "running" and (not (d / ".lock").exists() or lock_is_stale(d / ".lock")):
             state = "interrupted"  # no live process holds it: relaunch resumes it
         records.append(
             {

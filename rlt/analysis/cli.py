@@ -60,6 +60,14 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _unwritable(out: Path, e: OSError) -> int:
+    print(
+        f"error: cannot write to {out} ({e.strerror or e}); pass --out DIR to write elsewhere",
+        file=sys.stderr,
+    )
+    return 2
+
+
 def tables_main(argv: Sequence[str] | None = None) -> int:
     """Print every table as Markdown and write CSV, LaTeX and report.md to --out."""
     p = argparse.ArgumentParser(
@@ -120,7 +128,10 @@ def tables_main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = a.out or a.sweep_dirs[0] / "analysis"
-    text, paths = write_report(c, out, opts)
+    try:
+        text, paths = write_report(c, out, opts)
+    except OSError as e:
+        return _unwritable(out, e)
     if not a.quiet:
         print(text)
     print(f"wrote {len(paths)} files to {out} (report.md, CSV, LaTeX)", file=sys.stderr)
@@ -168,6 +179,12 @@ def figures_main(argv: Sequence[str] | None = None) -> int:
     from rlt.analysis.figures import make_figures  # matplotlib only when drawing
 
     out = a.out or a.sweep_dirs[0] / "analysis" / "figures"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / ".write_test").write_text("")
+        (out / ".write_test").unlink()
+    except OSError as e:
+        return _unwritable(out, e)
     results = make_figures(
         c,
         out,

@@ -133,6 +133,8 @@ class RunRecorder(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)
         self._last_step = trainer.global_step
+        if self.stopped_early is not None:
+            trainer.should_stop = True  # resumed after early stopping: nothing left to train
         io.write_status(self.run_dir, "running", step=trainer.global_step, max_steps=self.max_steps)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:

@@ -28,6 +28,14 @@ def register_resolvers() -> None:
 register_resolvers()
 
 JOBS_DIR = ".jobs"
+LAUNCH_ENV = "RLT_SWEEP_LAUNCH"
+
+
+def _jobs_dir(sweep_dir: Path) -> Path:
+    """This launch's job reports: ``<sweep_dir>/.jobs/<launch id>``."""
+    import os
+
+    return sweep_dir / JOBS_DIR / os.environ.get(LAUNCH_ENV, "default")
 
 
 def is_multirun() -> bool:
@@ -96,15 +104,20 @@ class SweepSummary(Callback):
     submitit launchers run them in other processes."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        import os
+        import time
+
         sweep_dir = Path(config.hydra.sweep.dir)
-        jobs = sweep_dir / JOBS_DIR
+        # Each launch reports into its own folder, so two launches of one grid at once never
+        # mix their summaries; jobs (also in other processes) find it through the environment.
+        launch = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        os.environ[LAUNCH_ENV] = launch
+        jobs = sweep_dir / JOBS_DIR / launch
         jobs.mkdir(parents=True, exist_ok=True)
-        for f in jobs.glob("*.json"):
-            f.unlink()
         write_grid(config, sweep_dir)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        jobs = Path(config.hydra.sweep.dir) / JOBS_DIR
+        jobs = _jobs_dir(Path(config.hydra.sweep.dir))
         reports = []
         for f in sorted(jobs.glob("*.json"), key=lambda p: int(p.stem)):
             reports.append(json.loads(f.read_text()))
@@ -129,7 +142,7 @@ def report_job(cfg: DictConfig, outcome: dict[str, Any]) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     hc = HydraConfig.get()
-    jobs = Path(hc.sweep.dir) / JOBS_DIR
+    jobs = _jobs_dir(Path(hc.sweep.dir))
     jobs.mkdir(parents=True, exist_ok=True)
     payload = {"cell": cfg.cell, "state": outcome["state"], "error": outcome.get("error")}
     (jobs / f"{hc.job.num}.json").write_text(json.dumps(payload))

@@ -54,13 +54,19 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"cannot serialise {type(obj).__name__} to JSON")
 
 
-def read_json(path: str | Path) -> dict | None:
-    """The JSON object at ``path``, or None when the file does not exist."""
+def read_json(path: str | Path, *, corrupt_ok: bool = False) -> dict | None:
+    """The JSON object at ``path``, or None when the file does not exist (or, with
+    ``corrupt_ok``, when it does not parse)."""
     path = Path(path)
     if not path.exists():
         return None
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        if corrupt_ok:
+            return None
+        raise
 
 
 def write_status(run_dir: str | Path, state: str, **fields: Any) -> dict:
@@ -75,3 +81,24 @@ def write_status(run_dir: str | Path, state: str, **fields: Any) -> dict:
         status["traceback"] = None
     atomic_write_json(path, status)
     return status
+
+
+def lock_is_stale(lock: Path) -> bool:
+    """Whether a run's ``.lock`` names a process that no longer runs (on this host; another
+    host's lock, e.g. a SLURM job elsewhere, is trusted)."""
+    import platform
+
+    try:
+        pid_s, host = Path(lock).read_text().split(maxsplit=1)
+        pid = int(pid_s)
+    except (OSError, ValueError):
+        return True
+    if host != platform.node():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False

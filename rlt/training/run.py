@@ -347,17 +347,33 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
     run_dir = spec.run_dir
     cell = spec.identity["cell"]
     results_path = run_dir / io.RESULTS
-    status = io.read_json(run_dir / io.STATUS) or {}
+    status = io.read_json(run_dir / io.STATUS, corrupt_ok=True) or {}
     if not cfg.force:
         _check_same_config(spec)
-    if results_path.exists() and status.get("state") == "done" and not cfg.force:
+    finished = results_path.exists() and status.get("state") == "done" and not cfg.force
+    if finished and io.read_json(results_path, corrupt_ok=True) is None:
+        _say(
+            f"[repair] {cell}: {results_path} is unreadable; evaluating the finished run again "
+            "from its checkpoints"
+        )
+        finished = False
+    if finished:
         _say(f"[skipped] {cell}: already done; results in {results_path} (force=true retrains)")
         if cfg.print_table and not hydra_support.is_multirun():
             with contextlib.suppress(Exception):
                 print_table(io.read_json(results_path))
         return {"state": "skipped", "run_dir": str(run_dir)}
 
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write_test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(
+            f"cannot write to the run directory {run_dir} ({e.strerror}); make it writable or "
+            "put the run elsewhere with root=DIR"
+        ) from e
     with _run_lock(run_dir) as acquired:
         if not acquired:
             _say(f"[busy] {cell}: another process is training this run ({run_dir / '.lock'})")
@@ -401,7 +417,7 @@ def _run_lock(run_dir: Path):
             acquired = True
             break
         except FileExistsError:
-            if _lock_is_stale(lock):
+            if io.lock_is_stale(lock):
                 lock.unlink(missing_ok=True)
                 continue
             break
@@ -410,23 +426,6 @@ def _run_lock(run_dir: Path):
     finally:
         if acquired:
             lock.unlink(missing_ok=True)
-
-
-def _lock_is_stale(lock: Path) -> bool:
-    try:
-        pid_s, host = lock.read_text().split(maxsplit=1)
-        pid = int(pid_s)
-    except (OSError, ValueError):
-        return True
-    if host != platform.node():
-        return False  # another machine's job (SLURM): trust it
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
 
 
 def _check_same_config(spec: RunSpec) -> None:

@@ -98,3 +98,13 @@ def test_tables_wandb_logs_tables_and_figures_offline(tmp_path, monkeypatch):
     tables = sorted(p.stem for p in out.glob("*.csv"))
     assert any(f"tables/{name}".encode() in log for name in tables)
     assert json.loads((sweep / "parity/rlt1/1+1/seed42/results.json").read_text())["run"]
+
+
+def test_unwritable_output_gets_one_line_naming_out(tmp_path, capsys):
+    write_run(tmp_path / "sweep", task="parity", model="rlt1", split="2+2", seed=42)
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file, not a directory")
+    assert tables_main([str(tmp_path / "sweep"), "--out", str(blocker / "x"), "--quiet"]) == 2
+    assert "pass --out DIR" in capsys.readouterr().err
+    assert figures_main([str(tmp_path / "sweep"), "--out", str(blocker / "y")]) == 2
+    assert "pass --out DIR" in capsys.readouterr().err

@@ -48,3 +48,35 @@ def test_status_lists_done_failed_interrupted_and_missing(tmp_path, capsys):
 def test_status_of_a_missing_directory_names_the_fix(tmp_path, capsys):
     assert main(["status", str(tmp_path / "nope")]) == 2
     assert "pass the sweep's directory" in capsys.readouterr().err
+
+
+def test_killed_run_and_unreadable_results_are_told_apart(tmp_path):
+    import platform
+    import subprocess
+    import sys
+
+    killed = subprocess.Popen([sys.executable, "-c", "pass"])
+    killed.wait()  # a pid that no longer runs: the process holding the lock was killed
+    live = "parity/rlt1/1+1/seed42"
+    dead = "parity/rlt1/1+1/seed43"
+    broken = "parity/rlt1/1+1/seed44"
+    import os
+
+    write(tmp_path / live / "status.json", {"state": "running", "step": 12, "max_steps": 40})
+    (tmp_path / live / ".lock").write_text(f"{os.getpid()} {platform.node()}")
+    write(tmp_path / dead / "status.json", {"state": "running", "step": 12, "max_steps": 40})
+    (tmp_path / dead / ".lock").write_text(f"{killed.pid} {platform.node()}")
+    write(tmp_path / broken / "status.json", {"state": "done", "step": 40, "max_steps": 40})
+    (tmp_path / broken / "results.json").write_text('{"schema_version": 1, "run": {')
+    states = {r["cell"]: r["state"] for r in cell_states(tmp_path)}
+    assert states == {live: "running", dead: "interrupted", broken: "unreadable"}
+
+
+def test_concurrent_launches_keep_separate_job_reports(tmp_path, monkeypatch):
+    from rlt.training.hydra_support import LAUNCH_ENV, _jobs_dir
+
+    monkeypatch.setenv(LAUNCH_ENV, "launch-a")
+    a = _jobs_dir(tmp_path)
+    monkeypatch.setenv(LAUNCH_ENV, "launch-b")
+    b = _jobs_dir(tmp_path)
+    assert a != b and a.parent == b.parent == tmp_path / ".jobs"

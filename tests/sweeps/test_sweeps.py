@@ -172,6 +172,7 @@ def test_submitit_local_executor(tmp_path):
         ("parity16_small", 10, 18),
         ("tiny", 8, 8),
         ("schedule", 30, 30),
+        ("laptop", 36, 36),
     ],
 )
 def test_presets_have_their_documented_cell_counts(sweep, distinct, jobs):
@@ -197,6 +198,7 @@ def test_every_sweep_file_is_tested():
         "parity16_small",
         "tiny",
         "schedule",
+        "laptop",
     }
 
 

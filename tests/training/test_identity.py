@@ -200,3 +200,27 @@ def test_command_line_names_valid_model_keys(tmp_path):
     assert proc.returncode == 2
     assert "model.nope is not a model key" in proc.stderr and "model.init_std" in proc.stderr
     assert "Traceback" not in proc.stderr and not any(tmp_path.iterdir())
+
+
+def test_unreadable_results_are_repaired_on_rerun(finished, capsys):
+    import json
+
+    run_dir = next(finished.rglob("results.json")).parent
+    before = json.loads((run_dir / "results.json").read_text())
+    (run_dir / "results.json").write_text('{"schema_version": 1, "run": {')
+    out = run(tiny(finished))
+    assert "[repair]" in capsys.readouterr().out
+    assert out["state"] == "resumed"
+    after = json.loads((run_dir / "results.json").read_text())
+    assert after["test_by_policy"] == before["test_by_policy"]
+    assert after["val_curve"] == before["val_curve"]
+
+
+def test_unwritable_run_directory_gets_one_clear_error(tmp_path):
+    # A file where the run's directory tree should go: mkdir fails even for root (a read-only
+    # directory does not stop root, which CI runs as).
+    blocker = tmp_path / "blocked"
+    blocker.write_text("not a directory")
+    with pytest.raises(ConfigError, match="cannot write to the run directory .*root=DIR"):
+        run(tiny(blocker))
+    assert blocker.read_text() == "not a directory"
