@@ -10,12 +10,21 @@ import re
 from dataclasses import dataclass
 
 # Report order of the tasks (Table 1); tasks we do not know come after, alphabetically.
-TASK_ORDER = ("addition", "parity", "mod5_flat", "mod5_brackets", "s5_swaps", "s5")
+TASK_ORDER = (
+    "addition",
+    "parity",
+    "parity_3to16",
+    "mod5_flat",
+    "mod5_brackets",
+    "s5_swaps",
+    "s5",
+)
 
 # What one unit of "length" counts, per task (SPEC section 3), for axis labels.
 LENGTH_UNITS = {
     "addition": "digits per operand",
     "parity": "bits",
+    "parity_3to16": "bits",
     "mod5_flat": "symbols",
     "mod5_brackets": "characters",
     "s5": "operations",

@@ -381,3 +381,26 @@ def _duration(seconds: float) -> str:
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def step_progress_bar():
+    """Lightning's rich bar counting optimizer steps out of max_steps (its own counts
+    micro-batches against the step total with gradient accumulation) under a plain label."""
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    class StepProgressBar(RichProgressBar):
+        @property
+        def total_train_batches(self) -> int:
+            return self.trainer.max_steps
+
+        def _get_train_description(self, current_epoch: int) -> str:
+            return "train (optimizer steps)"
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            if not self.is_disabled and self.train_progress_bar_id is None:
+                self._initialize_train_progress_bar_id()
+            self._update(self.train_progress_bar_id, trainer.global_step)
+            self._update_metrics(trainer, pl_module)
+            self.refresh()
+
+    return StepProgressBar(leave=True)

@@ -34,6 +34,7 @@ from rlt.training.callbacks import (
     PlainProgress,
     RunRecorder,
     load_weights,
+    step_progress_bar,
 )
 from rlt.training.evaluate import evaluate_lengths, evaluate_loader
 from rlt.training.schedule import FeedbackSchedule
@@ -570,9 +571,7 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         callbacks.append(FeedbackScheduleCallback(spec.schedule))
     live_bar = bool(cfg.trainer.progress_bar) and sys.stdout.isatty()
     if live_bar:
-        from lightning.pytorch.callbacks import RichProgressBar
-
-        callbacks.append(RichProgressBar(leave=True))
+        callbacks.append(step_progress_bar())
     elif cfg.trainer.progress_every:
         callbacks.append(
             PlainProgress(
