@@ -223,3 +223,39 @@ def test_small_presets_have_the_cells_of_their_full_preset(full):
         small_cells, small_scale = cells(f"{full}_small")
     assert small_cells == full_cells and len(full_cells) > 0
     assert (full_scale, small_scale) == ("paper", "small")
+
+
+@pytest.mark.slow
+def test_hydra_sweep_dir_moves_every_result_and_analysis_reads_it(tmp_path):
+    sweep = tmp_path / "my_sweep"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), "-m", "task=parity", "split=1+1",
+         "seed=42,43", "experiment=tiny", f"hydra.sweep.dir={sweep}"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("results.json"))
+    assert [str(p) for p in results] == [
+        "my_sweep/parity/rlt1/1+1/seed42/results.json",
+        "my_sweep/parity/rlt1/1+1/seed43/results.json",
+    ]
+    assert (sweep / "grid.json").exists() and f"sweep summary ({sweep})" in proc.stdout
+    assert not (tmp_path / "runs").exists()
+    tables = subprocess.run(
+        [sys.executable, str(REPO / "analysis" / "tables.py"), str(sweep), "--quiet"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert tables.returncode == 0, tables.stderr
+    assert (sweep / "analysis" / "report.md").exists()
+
+
+@pytest.mark.slow
+def test_hydra_run_dir_moves_a_single_run(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), "task=parity", "split=1+1", "experiment=tiny",
+         "hydra.run.dir=one_run"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads((tmp_path / "one_run" / "results.json").read_text())
+    assert res["run"]["run_dir"] == "one_run"
