@@ -103,7 +103,7 @@ def figure(table, path: Path) -> None:
 
     n = len(table)
     fig, axes = plt.subplots((n + 2) // 3, 3, figsize=(13, 3 * ((n + 2) // 3)), squeeze=False)
-    for ax, (name, what, lengths, runs) in zip(axes.flat, table):
+    for ax, (name, _what, lengths, runs) in zip(axes.flat, table):
         for r in runs:
             steps, accs = zip(*r["curve"]) if r["curve"] else ((), ())
             ax.plot(steps, [100 * a for a in accs], label=f"seed {r['seed']}")
