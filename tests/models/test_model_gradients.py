@@ -63,13 +63,19 @@ def test_swa_cache_carries_gradient_without_feedback() -> None:
     assert cut_per_position[-1] > 0
 
 
-@pytest.mark.parametrize("feedback_interval", [1, 3])
-def test_tbptt_cuts_state_gradients_at_the_interval(feedback_interval: int) -> None:
+@pytest.mark.parametrize(
+    ("feedback_interval", "last_cut"),
+    [
+        (1, 18),  # cuts at 6, 12, 18
+        (3, 18),  # chunk starts 0, 3, ..., 18: the first start in each new window of 6
+        (4, 12),  # chunk starts 0, 4, 8, 12, 16: cuts at 8 and 12; 16 is in 12's window
+    ],
+)
+def test_tbptt_cuts_state_gradients_at_the_interval(feedback_interval: int, last_cut: int) -> None:
     model = make_rlt("1+2", feedback_interval, window=4)
     tokens = torch.randint(1, 140, (2, 20), generator=torch.Generator().manual_seed(0))
     through_decoder, through_memory, s_star = decoder_grads(model, tokens, tbptt=6)
     per_position = through_decoder.abs().sum(dim=(0, 2))  # (T,)
-    last_cut = 18 if feedback_interval == 1 else 18  # cuts at 6, 12, 18 (chunk starts for B=3)
     assert (per_position[:last_cut] == 0).all()
     assert (per_position[last_cut:] > 0).all()
     assert (through_memory.abs().sum(dim=(0, 2)) > 0).all()  # the memory is never cut

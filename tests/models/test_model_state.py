@@ -84,4 +84,14 @@ def test_generate_stops_at_eos_and_pads_finished_rows() -> None:
     row0 = out[0, 4:].tolist()
     first = row0.index(eos)
     assert all(t == 0 for t in row0[first + 1 :])
-    assert out.shape[1] <= 10
+    # Rows are independent: each follows the free continuation up to its first EOS, and the
+    # whole batch stops right after the last row's first EOS (or at max_new_tokens).
+    firsts = []
+    for r in range(out.shape[0]):
+        cont = free[r, 4:].tolist()
+        stop = cont.index(eos) if eos in cont else None
+        firsts.append(stop)
+        upto = len(cont) if stop is None else stop + 1
+        assert out[r, 4 : 4 + upto].tolist() == cont[:upto]
+    expected = 10 if None in firsts else 4 + max(firsts) + 1
+    assert out.shape[1] == expected

@@ -165,7 +165,12 @@ def test_eval_sets_do_not_leak_into_the_training_stream(name):
 
 
 def test_test_lengths_beyond_training_cannot_overlap():
+    """A test example longer than every training example cannot equal one: every task has such
+    lengths, and its training stream never produces an example that long."""
     for name in TASKS:
         t = get_task(name)
         beyond = [n for n in t.test_lengths if n > t.train_lengths[1]]
         assert beyond, f"{name} has no length-generalization test length"
+        longest_train = max(len(t.example("train", i).tokens) for i in range(300))
+        shortest_beyond = min(len(t.example("test", 0, n).tokens) for n in beyond)
+        assert longest_train < shortest_beyond, name

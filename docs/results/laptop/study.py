@@ -119,8 +119,38 @@ def figure(table, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def diagnostics_figure(names: list[str], path: Path) -> None:
+    """Val acc, the state's share of u_t and the gradient norm reaching W_s and s*, per seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(names), 3, figsize=(13, 3 * len(names)), squeeze=False)
+    for row, name in zip(axes, names):
+        for run in sorted(p.parent for p in (STUDY / name).rglob("diagnostics.json")):
+            diag = json.loads((run / "diagnostics.json").read_text())
+            curve = val_curve(run)
+            label = run.name
+            row[0].plot(*zip(*[(s, 100 * a) for s, a in curve]), label=label)
+            row[1].plot([d["step"] for d in diag], [d["state_share"] for d in diag], label=label)
+            row[2].semilogy([d["step"] for d in diag], [d["grad_W_s"] for d in diag], label=label)
+            row[2].semilogy(
+                [d["step"] for d in diag], [max(d["grad_s_star"], 1e-8) for d in diag], ls=":"
+            )
+        row[0].set_ylabel(f"{name}\nval acc %")
+        row[1].set_ylabel("|alpha g W_s r| / |e|")
+        row[2].set_ylabel("grad norm: W_s (solid), s* (dotted)")
+        for ax in row:
+            ax.set_xlabel("step")
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 if __name__ == "__main__":
     table = rows()
     print(markdown(table))
     if "--no-figure" not in sys.argv:
         figure(table, HERE / "study_curves.png")
+        diagnostics_figure(["w64_11_r16_a01", "w64_22_r16_a03"], HERE / "study_diagnostics.png")
