@@ -207,6 +207,7 @@ _RUN_COLUMNS = (
     "run_id sweep_dir sweep preset task model model_dir family split arch n_enc n_dec n_layers "
     "feedback_interval feedback_schedule seed data_seed state has_results used step max_steps "
     "params sec_per_step train_seconds chance train_len_min train_len_max selection_step "
+    "stopped_early "
     "detail path sweep_index"
 ).split()
 
@@ -296,6 +297,7 @@ def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, l
         train_len_min=min(train_lengths) if train_lengths else None,
         train_len_max=max(train_lengths) if train_lengths else None,
         selection_step=selection.get("step"),
+        stopped_early=results.get("stopped_early"),
         detail=None,
     )
     if run.get("sweep"):

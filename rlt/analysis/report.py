@@ -43,6 +43,24 @@ class ReportOptions:
     schedule_view: bool = False  # schedule table even without feedback-schedule runs
 
 
+def protocol_notes(c: Collection) -> list[str]:
+    """Deviations from the report's protocol that the runs carry, named under every table:
+    early stopping (a data-dependent step count) and each task's training lengths."""
+    used = c.runs[c.runs["used"].astype(bool)] if len(c.runs) else c.runs
+    notes = []
+    if "stopped_early" in used and used["stopped_early"].notna().any():
+        n = int(used["stopped_early"].notna().sum())
+        notes.append(
+            f"{n} of {len(used)} runs stopped early on validation accuracy "
+            "(callbacks.early_stop), not at a fixed step count as in the report"
+        )
+    for task, runs in used.groupby("task"):
+        lo, hi = runs["train_len_min"].min(), runs["train_len_max"].max()
+        if lo == lo and hi == hi:  # not NaN
+            notes.append(f"{task}: trained on lengths {int(lo)}-{int(hi)}")
+    return notes
+
+
 def build_tables(c: Collection, opts: ReportOptions | None = None) -> dict[str, Table]:
     """Every table, keyed by role: table1, table2, feedback (when RLT-0 or RLT-2 runs exist,
     or a split is given), lengths, policies, params, cost, schedule (when a run trained with a
@@ -74,6 +92,9 @@ def build_tables(c: Collection, opts: ReportOptions | None = None) -> dict[str, 
         )
     if o.compare_report:
         tables["compare"] = compare_table(c, load_reference(o.reference), metric=o.metric)
+    notes = protocol_notes(c)
+    for table in tables.values():
+        table.notes.extend(notes)
     tables["incomplete"] = incomplete_table(c)
     return tables
 
