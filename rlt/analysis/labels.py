@@ -31,7 +31,17 @@ LENGTH_UNITS = {
     "s5_swaps": "operations",
 }
 
-_VARIANT_RANK = {"RLT-1": 0, "RLT-2": 1, "RLT-0": 2, "Transformer": 3, "LSTM": 4}
+_VARIANT_RANK = {
+    "RLT-1": 0,
+    "RLT-2": 1,
+    "RLT-0": 2,
+    "Transformer": 3,
+    "LSTM": 4,
+    "DeltaNet [-1,1]": 5,
+    "DeltaNet [0,1]": 6,
+}
+# Baselines labelled by depth alone ("Transformer 8", "LSTM 2"): no split, no feedback.
+DEPTH_VARIANTS = ("Transformer", "LSTM", "DeltaNet [-1,1]", "DeltaNet [0,1]")
 _MODEL_NAME = re.compile(r"^rlt[-_]?([012])(?:[-_]?b(\d+))?", re.IGNORECASE)
 _SPLIT = re.compile(r"^(\d+)\+(\d+)$")
 _LAYERS_TAG = re.compile(r"^L(\d+)$")
@@ -52,7 +62,7 @@ class ModelKey:
 
     @property
     def label(self) -> str:
-        if self.variant in ("Transformer", "LSTM"):
+        if self.variant in DEPTH_VARIANTS:
             return f"{self.variant} {self.n_layers}" if self.n_layers else self.variant
         name = self.variant
         if self.variant == "RLT-2":
@@ -108,6 +118,9 @@ def model_key(
         return ModelKey("Transformer", None, None, None, n_layers, None)
     if family == "lstm" or model.lower().startswith("lstm"):
         return ModelKey("LSTM", None, None, None, n_layers, None)
+    if family == "deltanet" or model.lower().startswith("deltanet"):
+        variant = "DeltaNet [0,1]" if model.lower() == "deltanet01" else "DeltaNet [-1,1]"
+        return ModelKey(variant, None, None, None, n_layers, None)
 
     schedule = None
     if feedback_schedule:
@@ -148,6 +161,8 @@ _CMAPS = {
     "RLT-0": "Greens",
     "Transformer": "Greys",
     "LSTM": "RdPu",
+    "DeltaNet [-1,1]": "Reds",
+    "DeltaNet [0,1]": "YlOrBr",
 }
 _MARKERS = "os^Dv<>p*hX"
 # Feedback schedules (issue 8), by their first chunk size B (bit length mod 4): B=8 purple,
@@ -168,9 +183,9 @@ def model_style(key: ModelKey) -> dict:
     if key.schedule:
         return _schedule_style(key)
     cmap = colormaps[_CMAPS.get(key.variant, "Purples")]
-    if key.variant in ("Transformer", "LSTM"):
+    if key.variant in DEPTH_VARIANTS:
         shade = 0.95 if (key.n_layers or 8) <= 8 else 0.65
-        marker = "x" if key.variant == "Transformer" else "+"
+        marker = {"Transformer": "x", "LSTM": "+"}.get(key.variant, "*")
     else:
         frac = (key.n_dec / key.n_layers) if key.n_dec is not None and key.n_layers else 0.5
         shade = 0.45 + 0.5 * min(frac / 0.5, 1.0)

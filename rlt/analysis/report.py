@@ -22,6 +22,7 @@ from rlt.analysis.tables import (
     length_table,
     params_table,
     policy_table,
+    scaled_accuracy_table,
     schedule_table,
     val_table,
 )
@@ -78,6 +79,7 @@ def build_tables(c: Collection, opts: ReportOptions | None = None) -> dict[str, 
             c, split=split, policy=o.policy, lengths=o.fb_lengths, metric=o.metric
         )
     tables["lengths"] = length_table(c, policy=o.policy, metric=o.metric)
+    tables["scaled"] = scaled_accuracy_table(c, policy=o.policy, metric=o.metric)
     tables["policies"] = policy_table(c, lengths=o.lengths, metric=o.metric)
     tables["params"] = params_table(c)
     tables["cost"] = cost_table(c)

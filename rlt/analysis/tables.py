@@ -16,7 +16,7 @@ import pandas as pd
 
 from rlt.analysis import render
 from rlt.analysis.collect import POLICIES, Collection
-from rlt.analysis.labels import parse_split
+from rlt.analysis.labels import DEPTH_VARIANTS, parse_split
 
 # Lengths of the report's feedback-interval table (SPEC section 4); other tasks use their
 # longest tested length.
@@ -285,6 +285,50 @@ def generalization_table(
     )
 
 
+def scaled_accuracy_table(
+    c: Collection,
+    *,
+    policy: str = "min_val_loss",
+    metric: str = "acc",
+    lo: int = 40,
+    hi: int = 256,
+) -> Table:
+    """Scaled accuracy as the state-tracking literature reports it (Grazzi et al., ICLR 2025):
+    per run, (acc - chance) / (1 - chance) averaged over the tested lengths in [lo, hi]; then
+    mean ± SD over seeds, with the best seed (the literature reports the best of 3) in brackets.
+    Shown x 100 (0.971 in a paper is 97.10 here). Runs without a chance level are left out."""
+    t = c.test[
+        (c.test["policy"] == policy)
+        & (c.test["metric"] == metric)
+        & c.test["length"].between(lo, hi)
+    ]
+    chance = c.runs.set_index("run_id")["chance"]
+    t = t.assign(chance=t["run_id"].map(chance)).dropna(subset=["chance"])
+    t = t[t["chance"] < 1]
+    scaled = (t["value"] - t["chance"]) / (1 - t["chance"])
+    per_run = (
+        t.assign(value=scaled * 100)
+        .groupby(["run_id", "row", "label", "seed"], as_index=False)["value"]
+        .mean()
+    )
+    lengths = {row: sorted(t.loc[t["row"] == row, "length"].unique()) for row in c.rows}
+    display = {
+        row: f"{row} ({', '.join(map(str, ls))})" if ls else row for row, ls in lengths.items()
+    }
+    return cell_table(
+        per_run.assign(column=per_run["label"]),
+        c=c,
+        name=f"scaled_{metric}_{policy}",
+        title=f"Scaled {metric} x 100, (acc - chance) / (1 - chance) averaged over test lengths "
+        f"{lo}-{hi}, checkpoint policy {policy}: mean ± SD over seeds [best seed]",
+        rows=[row for row in c.rows if lengths[row]],
+        columns=c.labels,
+        row_display=display,
+        best=True,
+        notes=["lengths averaged per task in brackets; chance = 0, exact = 100"],
+    )
+
+
 def length_table(
     c: Collection,
     *,
@@ -330,11 +374,12 @@ def feedback_columns(c: Collection, split: str) -> list[str]:
     n_enc, n_dec = parse_split(split)
     total = (n_enc or 0) + (n_dec or 0)
     order = {"RLT-1": 0, "RLT-0": 1, "RLT-2": 2, "Transformer": 3, "LSTM": 4}
+    order.update({v: 5 + i for i, v in enumerate(DEPTH_VARIANTS[2:])})
     cols = [
         lab
         for lab, k in c.models.items()
         if (k.variant in ("RLT-1", "RLT-2", "RLT-0") and k.split == split)
-        or (k.variant in ("Transformer", "LSTM") and k.n_layers == total)
+        or (k.variant in DEPTH_VARIANTS and k.n_layers == total)
     ]
     return sorted(cols, key=lambda lab: (order[c.models[lab].variant], c.models[lab].sort_key))
 
@@ -505,7 +550,7 @@ def cost_table(c: Collection) -> Table:
     records = []
     for lab in per_task.index:
         k = c.models[lab]
-        rlt0 = f"RLT-0 {k.split}" if k.variant not in ("Transformer", "LSTM") else None
+        rlt0 = f"RLT-0 {k.split}" if k.variant not in DEPTH_VARIANTS else None
         tf = f"Transformer {k.n_layers}" if k.n_layers else None
         runs = used[used["label"] == lab]
         rec = {

@@ -8,13 +8,16 @@ logits, state = model.step(token, state)
 """
 
 from rlt.models.build import build_model, count_parameters
-from rlt.models.config import LSTMConfig, RLTConfig, TransformerConfig, parse_split
+from rlt.models.config import DeltaNetConfig, LSTMConfig, RLTConfig, TransformerConfig, parse_split
+from rlt.models.deltanet import DeltaNet
 from rlt.models.lstm import LSTMModel
 from rlt.models.rlt import RecurrentLoopedTransformer
 from rlt.models.state import KVCache, LSTMState, RLTState, TransformerState, WindowKV
 from rlt.models.transformer import DecoderOnlyTransformer
 
 __all__ = [
+    "DeltaNet",
+    "DeltaNetConfig",
     "DecoderOnlyTransformer",
     "KVCache",
     "LSTMConfig",

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from rlt.models.base import SequenceModel
-from rlt.models.config import LSTMConfig, RLTConfig, TransformerConfig
+from rlt.models.config import DeltaNetConfig, LSTMConfig, RLTConfig, TransformerConfig
+from rlt.models.deltanet import DeltaNet
 from rlt.models.lstm import LSTMModel
 from rlt.models.rlt import RecurrentLoopedTransformer
 from rlt.models.transformer import DecoderOnlyTransformer
@@ -15,7 +16,7 @@ SPLITS_8 = ["4+4", "5+3", "6+2", "7+1", "8+0"]
 SPLITS_16 = [f"{e}+{16 - e}" for e in range(8, 17)]  # 8+8, 9+7, ..., 16+0
 
 
-ModelConfig = RLTConfig | TransformerConfig | LSTMConfig
+ModelConfig = RLTConfig | TransformerConfig | LSTMConfig | DeltaNetConfig
 
 
 def build_model(config: ModelConfig) -> SequenceModel:
@@ -27,8 +28,10 @@ def build_model(config: ModelConfig) -> SequenceModel:
         return DecoderOnlyTransformer(config)
     if isinstance(config, LSTMConfig):
         return LSTMModel(config)
+    if isinstance(config, DeltaNetConfig):
+        return DeltaNet(config)
     raise TypeError(
-        f"config must be an RLTConfig, TransformerConfig or LSTMConfig, got {type(config).__name__}"
+        f"config must be a model config (RLT, Transformer, LSTM, DeltaNet), got {type(config).__name__}"
     )
 
 

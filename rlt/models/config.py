@@ -110,6 +110,36 @@ class TransformerConfig(_CommonConfig):
 
 
 @dataclass(kw_only=True)
+class DeltaNetConfig(_CommonConfig):
+    """DeltaNet (issue 14): ``n_layers`` blocks of delta-rule token mixing and SwiGLU.
+
+    ``neg_eigval``: beta in (0, 2), transition eigenvalues in (-1, 1) (Grazzi et al.); False:
+    beta in (0, 1), eigenvalues in [0, 1) (the original DeltaNet). ``d_ff`` None = floor(8d/3)
+    - floor(d/3), parameter-matched to the Transformer of the same depth and width.
+    """
+
+    n_layers: int = 8
+    neg_eigval: bool = True
+    conv_size: int = 4  # short causal depthwise convolution on q, k, v
+    chunk_size: int = 16  # positions per chunk of the chunked (UT) form used for training
+
+    def __post_init__(self) -> None:
+        if self.d_ff is None:
+            self.d_ff = (8 * self.d_model) // 3 - self.d_model // 3
+        super().__post_init__()
+        for name in ("n_layers", "conv_size", "chunk_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if not isinstance(self.neg_eigval, bool):
+            raise ValueError(f"neg_eigval must be true or false, got {self.neg_eigval!r}")
+
+    @property
+    def name(self) -> str:
+        return "deltanet" if self.neg_eigval else "deltanet01"
+
+
+@dataclass(kw_only=True)
 class LSTMConfig:
     """The recurrent control (not in the report): ``n_layers`` stacked ``torch.nn.LSTM`` layers
     of width ``d_model`` between the shared embedding and an untied head. The attention fields

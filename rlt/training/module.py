@@ -14,7 +14,7 @@ import lightning as L
 import torch
 from torch import nn
 
-from rlt.models import LSTMConfig, RLTConfig, TransformerConfig, build_model
+from rlt.models import DeltaNetConfig, LSTMConfig, RLTConfig, TransformerConfig, build_model
 from rlt.tasks import metrics as task_metrics
 
 
@@ -134,8 +134,16 @@ class LSTMModule(SequenceModule):
         return build_model(LSTMConfig(**model_cfg))
 
 
+class DeltaNetModule(SequenceModule):
+    """DeltaNet with eigenvalues in [-1, 1] or [0, 1] (issue 14, not in the report)."""
+
+    def build(self, model_cfg: dict) -> nn.Module:
+        return build_model(DeltaNetConfig(**model_cfg))
+
+
 MODULES: dict[str, type[SequenceModule]] = {
     "rlt": RLTModule,
     "transformer": TransformerModule,
     "lstm": LSTMModule,
+    "deltanet": DeltaNetModule,
 }

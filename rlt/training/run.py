@@ -24,7 +24,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import rlt
-from rlt.models import LSTMConfig, RLTConfig, TransformerConfig
+from rlt.models import DeltaNetConfig, LSTMConfig, RLTConfig, TransformerConfig
 from rlt.tasks import get_task
 from rlt.training import hydra_support, identity, io
 from rlt.training.callbacks import (
@@ -225,7 +225,12 @@ def _check_numbers(cfg: DictConfig) -> None:
 _MODEL_META = ("name", "family", "label", "arch_tag", "feedback_schedule")
 # Fields that come from other groups: sizes from scale, depth from split.
 _FROM_SCALE = ("d_model", "n_heads", "d_ff")
-_FAMILIES = {"rlt": RLTConfig, "transformer": TransformerConfig, "lstm": LSTMConfig}
+_FAMILIES = {
+    "rlt": RLTConfig,
+    "transformer": TransformerConfig,
+    "lstm": LSTMConfig,
+    "deltanet": DeltaNetConfig,
+}
 
 
 def model_config(cfg: DictConfig) -> tuple[str, type, dict[str, Any]]:

@@ -251,3 +251,24 @@ def test_latex_and_csv_files(c, tmp_path: Path) -> None:
     row = data[(data["row"] == "parity (256)") & (data["column"] == "RLT-1 4+4")].iloc[0]
     assert row["n"] == 3 and row["values"] == "17.58 19.53 98.96"
     assert len(paths) == 3
+
+
+def test_scaled_accuracy_matches_a_hand_computation(c) -> None:
+    from rlt.analysis.tables import scaled_accuracy_table
+
+    table = scaled_accuracy_table(c)
+    for task, spec in TASKS.items():
+        window = [n for n in spec["lengths"] if 40 <= n <= 256]
+        chance = spec["chance"]
+        row = f"{task} ({', '.join(map(str, window))})"
+        for model, split in MODELS:
+            per_seed = []
+            for s in done_seeds(task, model, split):
+                accs = [ood_value(task, model, split, s, "min_val_loss", n, "acc") for n in window]
+                per_seed.append(statistics.mean((a - chance) / (1 - chance) for a in accs))
+            cell = table.cell(row, LABELS[(model, split)])
+            mean, sd = by_hand(per_seed)
+            assert cell["mean"] == pytest.approx(mean, abs=1e-9)
+            assert cell["max"] == pytest.approx(100 * max(per_seed), abs=1e-9)
+            if len(per_seed) > 1:
+                assert cell["sd"] == pytest.approx(sd, abs=1e-9)

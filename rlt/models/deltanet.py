@@ -1,0 +1,231 @@
+"""DeltaNet (Yang et al., 2024) with the extended eigenvalue range of Grazzi et al. (ICLR 2025):
+a linear RNN whose state is updated by the delta rule, as a state-tracking baseline (issue 14).
+
+Per head, with the state S (d_k x d_v), a unit key k_t, value v_t, query q_t and a step size
+beta_t:
+
+    S_t = (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,        o_t = S_t^T q_t.
+
+The transition I - beta k k^T has eigenvalues 1 (d_k - 1 times) and 1 - beta. With
+beta = sigmoid(.) in (0, 1) they lie in [0, 1) (``neg_eigval=False``, the original DeltaNet);
+with beta = 2 sigmoid(.) in (0, 2) in (-1, 1) (``neg_eigval=True``), so the state can reflect
+(eigenvalue -1 at beta -> 2), which parity needs.
+
+Our choices (the layer of the papers' setup, as in the common open implementations): q, k, v
+projections each followed by a short causal depthwise convolution (kernel 4) and SiLU; q and k
+L2-normalised per head; beta from a linear map of the block input; the head outputs go through
+an RMSNorm (per head, shared weight) times a SiLU output gate, then the output projection.
+Blocks are pre-norm: x + DeltaNet(RMSNorm(x)), x + SwiGLU(RMSNorm(x)). The FFN width defaults
+to floor(8d/3) - floor(d/3), which parameter-matches the Transformer of the same depth and
+width to within 1% (the DeltaNet layer has one d x d matrix more than attention).
+
+Two equal forms of the recurrence (tested equal in outputs and gradients in float64):
+``recurrent_delta`` (token by token, the reference and the streaming step) and ``chunked_delta``
+(the UT/WY representation: within a chunk of C positions the state updates are one triangular
+solve, across chunks a short sequential loop), used for training.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from rlt.models.base import SequenceModel
+from rlt.models.blocks import SwiGLU, init_weights
+from rlt.models.config import DeltaNetConfig
+
+
+# --------------------------------------------------------------------------------------------
+# The delta rule: two forms of one recurrence
+# --------------------------------------------------------------------------------------------
+def recurrent_delta(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, state: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Token-by-token delta rule. q, k (N, H, T, Dk), v (N, H, T, Dv), beta (N, H, T),
+    state (N, H, Dk, Dv) -> outputs (N, H, T, Dv) and the state after the last position."""
+    outs = []
+    for t in range(q.shape[2]):
+        kt, vt, bt = k[:, :, t], v[:, :, t], beta[:, :, t, None]  # (N, H, Dk), (N, H, Dv)
+        predicted = torch.einsum("nhk,nhkv->nhv", kt, state)  # S^T k: what the state recalls
+        state = state + torch.einsum("nhk,nhv->nhkv", kt, bt * (vt - predicted))
+        outs.append(torch.einsum("nhk,nhkv->nhv", q[:, :, t], state))
+    return torch.stack(outs, dim=2), state
+
+
+def chunked_delta(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, state: Tensor, chunk: int
+) -> tuple[Tensor, Tensor]:
+    """The same recurrence in chunks of ``chunk`` positions (any T; the last chunk is padded
+    with k = v = q = beta = 0, which leaves the state unchanged).
+
+    Inside a chunk with start state S0, the new values u_i = beta_i (v_i - S_{i-1}^T k_i)
+    satisfy (I + A) U = diag(beta) (V - K S0) with A = strictly_lower(diag(beta) K K^T), a unit
+    lower-triangular system (the UT transform); then O = Q S0 + tril(Q K^T) U and
+    S_C = S0 + K^T U. Everything but the S0 terms is computed for all chunks at once.
+    """
+    n, h, t, dk = k.shape
+    pad = (-t) % chunk
+    if pad:
+        q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
+        beta = F.pad(beta, (0, pad))
+    c = (t + pad) // chunk
+    q, k, v = (x.reshape(n, h, c, chunk, x.shape[-1]) for x in (q, k, v))
+    beta = beta.reshape(n, h, c, chunk, 1)
+    eye = torch.eye(chunk, dtype=k.dtype, device=k.device)
+    strict = torch.tril(torch.ones(chunk, chunk, dtype=torch.bool, device=k.device), -1)
+    unit_lower = eye + (beta * (k @ k.transpose(-1, -2))).masked_fill(~strict, 0)
+    # U = T diag(beta) V and W = T diag(beta) K with T = (I + A)^-1, for all chunks at once.
+    w = torch.linalg.solve_triangular(unit_lower, beta * k, upper=False, unitriangular=True)
+    u = torch.linalg.solve_triangular(unit_lower, beta * v, upper=False, unitriangular=True)
+    qk = torch.tril(q @ k.transpose(-1, -2))  # (N, H, C, chunk, chunk), diagonal included
+    outs = []
+    for i in range(c):
+        new = u[:, :, i] - w[:, :, i] @ state  # (N, H, chunk, Dv): values given the start state
+        outs.append(q[:, :, i] @ state + qk[:, :, i] @ new)
+        state = state + k[:, :, i].transpose(-1, -2) @ new
+    out = torch.stack(outs, dim=2).reshape(n, h, c * chunk, -1)
+    return out[:, :, :t], state
+
+
+# --------------------------------------------------------------------------------------------
+# The layer, the block, the model
+# --------------------------------------------------------------------------------------------
+@dataclass
+class DeltaNetLayerState:
+    """One layer's streaming state: the last (kernel - 1) inputs of each short convolution and
+    the delta-rule state S of every head."""
+
+    conv: Tensor  # (N, kernel - 1, 3 d): q, k, v projections before the convolution
+    s: Tensor  # (N, H, Dk, Dv)
+
+
+@dataclass
+class DeltaNetState:
+    position: int
+    layers: list[DeltaNetLayerState]
+
+    def clone(self) -> DeltaNetState:
+        return DeltaNetState(
+            self.position, [DeltaNetLayerState(x.conv.clone(), x.s.clone()) for x in self.layers]
+        )
+
+    def nbytes(self) -> int:
+        return sum((x.conv.numel() + x.s.numel()) * x.s.element_size() for x in self.layers)
+
+
+class DeltaNetLayer(nn.Module):
+    """Token mixing by the delta rule, with short convolutions, normalised q/k and a gate."""
+
+    def __init__(self, config: DeltaNetConfig) -> None:
+        super().__init__()
+        d, h = config.d_model, config.n_heads
+        self.config = config
+        self.n_heads, self.head_dim = h, d // h
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.conv = nn.Conv1d(3 * d, 3 * d, config.conv_size, groups=3 * d, bias=False)
+        self.beta = nn.Linear(d, h, bias=False)
+        self.gate = nn.Linear(d, d, bias=False)
+        self.o_norm = nn.RMSNorm(self.head_dim, eps=config.norm_eps)
+        self.out = nn.Linear(d, d, bias=False)
+        self.out.is_residual = True
+
+    def _mix_inputs(
+        self, x: Tensor, conv_state: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """x (N, t, d) after conv_state (N, K-1, 3d) -> q, k, v (N, H, t, Dh), beta (N, H, t),
+        and the convolution state after x."""
+        n, t, d = x.shape
+        raw = torch.cat([conv_state, self.qkv(x)], dim=1)  # (N, K-1+t, 3d)
+        mixed = F.silu(self.conv(raw.transpose(1, 2)).transpose(1, 2))  # (N, t, 3d)
+        q, k, v = (
+            z.view(n, t, self.n_heads, self.head_dim).transpose(1, 2) for z in mixed.chunk(3, -1)
+        )
+        q = F.normalize(q, dim=-1, eps=1e-6)
+        k = F.normalize(k, dim=-1, eps=1e-6)
+        beta = torch.sigmoid(self.beta(x)).transpose(1, 2)  # (N, H, t)
+        if self.config.neg_eigval:
+            beta = 2 * beta
+        keep = self.config.conv_size - 1
+        return q, k, v, beta, raw[:, raw.shape[1] - keep :]
+
+    def _output(self, x: Tensor, o: Tensor) -> Tensor:
+        n, _, t, _ = o.shape
+        o = self.o_norm(o).transpose(1, 2).reshape(n, t, -1)  # (N, t, d)
+        return self.out(o * F.silu(self.gate(x)))
+
+    def forward(self, x: Tensor, state: DeltaNetLayerState) -> tuple[Tensor, DeltaNetLayerState]:
+        q, k, v, beta, conv = self._mix_inputs(x, state.conv)
+        if x.shape[1] > 1 and self.config.chunk_size > 1:
+            o, s = chunked_delta(q, k, v, beta, state.s, self.config.chunk_size)
+        else:
+            o, s = recurrent_delta(q, k, v, beta, state.s)
+        return self._output(x, o), DeltaNetLayerState(conv, s)
+
+
+class DeltaNetBlock(nn.Module):
+    def __init__(self, config: DeltaNetConfig) -> None:
+        super().__init__()
+        self.mix_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
+        self.mix = DeltaNetLayer(config)
+        self.ffn_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
+        self.ffn = SwiGLU(config.d_model, config.d_ff)
+
+    def forward(self, x: Tensor, state: DeltaNetLayerState) -> tuple[Tensor, DeltaNetLayerState]:
+        y, state = self.mix(self.mix_norm(x), state)
+        x = x + y
+        return x + self.ffn(self.ffn_norm(x)), state
+
+
+class DeltaNet(SequenceModel):
+    """``embed -> n_layers DeltaNet blocks -> RMSNorm -> untied head``."""
+
+    def __init__(self, config: DeltaNetConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.blocks = nn.ModuleList(DeltaNetBlock(config) for _ in range(config.n_layers))
+        self.norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        # Linears and the embedding N(0, init_std) as in the other models; the short
+        # convolutions keep PyTorch's default init (uniform, bound 1/sqrt(kernel)).
+        init_weights(self, config.init_std, config.n_layers)
+
+    @property
+    def feedback_interval(self) -> None:
+        return None
+
+    def init_state(self, batch_size: int) -> DeltaNetState:
+        c = self.config
+        like = self.head.weight
+        dh = c.d_model // c.n_heads
+        layers = [
+            DeltaNetLayerState(
+                like.new_zeros(batch_size, c.conv_size - 1, 3 * c.d_model),
+                like.new_zeros(batch_size, c.n_heads, dh, dh),
+            )
+            for _ in self.blocks
+        ]
+        return DeltaNetState(0, layers)
+
+    def prefill(self, tokens: Tensor, state: DeltaNetState) -> tuple[Tensor, DeltaNetState]:
+        n, t = tokens.shape
+        if t == 0:
+            return self.head.weight.new_zeros(n, 0, self.config.vocab_size), state
+        x = self.embed(tokens)
+        layers = []
+        for block, layer_state in zip(self.blocks, state.layers):
+            x, layer_state = block(x, layer_state)
+            layers.append(layer_state)
+        return self.head(self.norm(x)), DeltaNetState(state.position + t, layers)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        """tokens (N, T) -> logits (N, T, V) from the zero state (chunked form)."""
+        logits, _ = self.prefill(tokens, self.init_state(tokens.shape[0]))
+        return logits
+
+    def step(self, token: Tensor, state: DeltaNetState) -> tuple[Tensor, DeltaNetState]:
+        logits, state = self.prefill(token[:, None], state)
+        return logits[:, 0], state

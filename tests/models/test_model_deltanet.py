@@ -1,0 +1,196 @@
+"""DeltaNet (issue 14): the chunked (UT) form equals the token-by-token delta rule in outputs
+and gradients, streaming equals the training forward, a hand-set [-1, 1] layer computes parity
+through its state, and the [0, 1] range cannot reflect."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlt.models import DeltaNetConfig, TransformerConfig, build_model, count_parameters
+from rlt.models.deltanet import DeltaNetLayer, chunked_delta, recurrent_delta
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def random_inputs(n=2, h=3, t=23, dk=5, dv=4, seed=0, neg=True):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.nn.functional.normalize(
+        torch.randn(n, h, t, dk, generator=g, dtype=torch.float64), dim=-1
+    )
+    k = torch.nn.functional.normalize(
+        torch.randn(n, h, t, dk, generator=g, dtype=torch.float64), dim=-1
+    )
+    v = torch.randn(n, h, t, dv, generator=g, dtype=torch.float64)
+    beta = torch.rand(n, h, t, generator=g, dtype=torch.float64) * (2 if neg else 1)
+    s0 = torch.randn(n, h, dk, dv, generator=g, dtype=torch.float64)
+    return q, k, v, beta, s0
+
+
+def naive_delta(q, k, v, beta, s0):
+    """The delta rule with explicit transition matrices, one head and position at a time."""
+    n, h, t, dk = k.shape
+    out = torch.zeros(n, h, t, v.shape[-1], dtype=q.dtype)
+    s = s0.clone()
+    for a in range(n):
+        for b in range(h):
+            state = s0[a, b]
+            for i in range(t):
+                kk = k[a, b, i][:, None]
+                transition = torch.eye(dk, dtype=q.dtype) - beta[a, b, i] * kk @ kk.T
+                state = transition @ state + beta[a, b, i] * kk @ v[a, b, i][None, :]
+                out[a, b, i] = state.T @ q[a, b, i]
+            s[a, b] = state
+    return out, s
+
+
+@pytest.mark.parametrize(("t", "chunk"), [(23, 4), (23, 8), (16, 16), (5, 8), (1, 3), (40, 7)])
+def test_chunked_equals_recurrent_equals_naive(t, chunk):
+    q, k, v, beta, s0 = random_inputs(t=t, seed=t + chunk)
+    ref_o, ref_s = naive_delta(q, k, v, beta, s0)
+    rec_o, rec_s = recurrent_delta(q, k, v, beta, s0)
+    ch_o, ch_s = chunked_delta(q, k, v, beta, s0, chunk)
+    for o, s in ((rec_o, rec_s), (ch_o, ch_s)):
+        assert torch.allclose(o, ref_o, atol=1e-10) and torch.allclose(s, ref_s, atol=1e-10)
+
+
+def test_chunked_and_recurrent_gradients_agree():
+    inputs = [x.requires_grad_() for x in random_inputs(t=19, seed=3)]
+    grads = []
+    for fn in (lambda *a: recurrent_delta(*a), lambda *a: chunked_delta(*a, 5)):
+        o, s = fn(*inputs)
+        (o.sin().sum() + s.cos().sum()).backward()
+        grads.append([x.grad.clone() for x in inputs])
+        for x in inputs:
+            x.grad = None
+    for a, b in zip(*grads):
+        assert torch.allclose(a, b, atol=1e-9)
+
+
+def make(neg=True, chunk=4, seed=0, **kw):
+    torch.manual_seed(seed)
+    cfg = DeltaNetConfig(d_model=24, n_heads=3, n_layers=2, neg_eigval=neg, chunk_size=chunk, **kw)
+    return build_model(cfg).double()
+
+
+@pytest.mark.parametrize("prompt_len", [0, 1, 6, 13])
+@pytest.mark.parametrize("neg", [True, False])
+def test_streaming_equals_forward(prompt_len, neg, tokens):
+    model = make(neg=neg, chunk=4)
+    with torch.no_grad():
+        full = model(tokens)
+        logits, state = model.prefill(tokens[:, :prompt_len], model.init_state(tokens.shape[0]))
+        pieces = [logits]
+        for pos in range(prompt_len, tokens.shape[1]):
+            step, state = model.step(tokens[:, pos], state)
+            pieces.append(step[:, None])
+    assert torch.allclose(torch.cat(pieces, dim=1), full, atol=1e-10)
+    assert state.position == tokens.shape[1]
+
+
+def test_prefill_in_pieces_not_multiple_of_chunk(tokens):
+    model = make(chunk=4)
+    with torch.no_grad():
+        full = model(tokens)
+        state = model.init_state(tokens.shape[0])
+        a, state = model.prefill(tokens[:, :7], state)  # 7 and 14: neither a multiple of 4
+        b, state = model.prefill(tokens[:, 7:], state)
+    assert torch.allclose(torch.cat([a, b], dim=1), full, atol=1e-10)
+
+
+def test_parameter_count_is_matched_to_the_transformer():
+    for d, layers in ((512, 8), (64, 2), (64, 4)):
+        delta = count_parameters(DeltaNetConfig(d_model=d, n_heads=4, n_layers=layers))
+        tf = count_parameters(TransformerConfig(d_model=d, n_heads=4, n_layers=layers))
+        assert abs(delta / tf - 1) < 0.03, (d, layers, delta, tf)
+
+
+# -- parity through the state ----------------------------------------------------------------
+BOS, ONE, ZERO = 1, 2, 3  # token ids of this hand-built example
+
+
+def parity_layer(neg: bool, big: float = 30.0) -> DeltaNetLayer:
+    """One head of width 8; embedding dims: 0 constant, 1 <bos>, 2 bit 1, 3 bit 0.
+    k = q = e0 always; v = e0 at <bos> and 0 on bits; beta = 1 at <bos>, ~2 (or ~1 in the
+    [0, 1] range) on a 1 bit and ~0 on a 0 bit. So <bos> writes S = e0 e0^T and each 1 bit
+    reflects it (S -> -S): o_t = S^T e0 = (-1)^(ones so far) e0."""
+    cfg = DeltaNetConfig(d_model=8, n_heads=1, n_layers=1, neg_eigval=neg)
+    layer = DeltaNetLayer(cfg).double()
+    d = 8
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.zero_()
+        layer.qkv.weight[0, 0] = big  # q <- constant
+        layer.qkv.weight[d, 0] = big  # k <- constant
+        layer.qkv.weight[2 * d, 1] = 1.0  # v <- <bos>
+        layer.conv.weight[:, 0, -1] = 1.0  # the current position only
+        layer.beta.weight[0, 2] = big
+        layer.beta.weight[0, 3] = -big
+        layer.o_norm.weight.fill_(1.0)
+        layer.gate.weight[0, 0] = big
+        layer.out.weight[0, 0] = 1.0
+    return layer
+
+
+def embed(bits: torch.Tensor) -> torch.Tensor:
+    """(N, T) bits -> (N, 1 + T, 8) inputs: <bos> then the bits."""
+    n, t = bits.shape
+    x = torch.zeros(n, 1 + t, 8, dtype=torch.float64)
+    x[:, :, 0] = 1.0
+    x[:, 0, 1] = 1.0
+    x[:, 1:, 2] = bits.double()
+    x[:, 1:, 3] = 1.0 - bits.double()
+    return x
+
+
+@pytest.mark.parametrize("chunk", [1, 16])
+def test_hand_set_neg_eigval_layer_computes_parity_to_256_bits(chunk):
+    layer = parity_layer(neg=True)
+    layer.config = DeltaNetConfig(d_model=8, n_heads=1, n_layers=1, chunk_size=chunk)
+    bits = torch.randint(0, 2, (64, 256), generator=torch.Generator().manual_seed(0))
+    state = torch.zeros(64, 1, 8, 8, dtype=torch.float64)
+    conv = torch.zeros(64, 3, 24, dtype=torch.float64)
+    with torch.no_grad():
+        from rlt.models.deltanet import DeltaNetLayerState
+
+        y, _ = layer(embed(bits), DeltaNetLayerState(conv, state))
+    predicted_odd = y[:, 1:, 0] < 0  # after every bit
+    running = bits.cumsum(dim=1) % 2 == 1
+    assert torch.equal(predicted_odd, running)  # exact at every prefix length 1..256
+
+
+def test_zero_one_range_cannot_reflect():
+    # The same hand-set weights in the [0, 1] range: a 1 bit erases the state instead of
+    # reflecting it, so the running parity is lost.
+    layer = parity_layer(neg=False)
+    bits = torch.randint(0, 2, (64, 64), generator=torch.Generator().manual_seed(1))
+    from rlt.models.deltanet import DeltaNetLayerState
+
+    with torch.no_grad():
+        y, _ = layer(
+            embed(bits),
+            DeltaNetLayerState(
+                torch.zeros(64, 3, 24, dtype=torch.float64),
+                torch.zeros(64, 1, 8, 8, dtype=torch.float64),
+            ),
+        )
+    running = bits.cumsum(dim=1) % 2 == 1
+    assert (((y[:, 1:, 0] < 0) == running).double().mean()) < 0.75
+    # And provably: for any weights and inputs beta < 1, so the transition I - beta k k^T
+    # (unit k) has eigenvalues 1 - beta > 0 and 1; no sign flip is representable.
+    for neg, lo, hi in ((False, 0.0, 1.0), (True, -1.0, 1.0)):
+        torch.manual_seed(2)
+        layer = DeltaNetLayer(DeltaNetConfig(d_model=16, n_heads=2, n_layers=1, neg_eigval=neg))
+        with torch.no_grad():
+            for p in layer.parameters():
+                p.normal_(std=3.0)
+            x = torch.randn(8, 30, 16) * 5
+            _, k, _, beta, _ = layer._mix_inputs(x, torch.zeros(8, 3, 48))
+        kk = k[..., :, None] * k[..., None, :]
+        eye = torch.eye(k.shape[-1])
+        eig = torch.linalg.eigvalsh(eye - beta[..., None, None] * kk)
+        assert eig.min() >= lo - 1e-5 and eig.max() <= hi + 1e-5
+        if neg:
+            assert eig.min() < -0.5  # the extended range does reach negative eigenvalues
+        else:
+            assert eig.min() >= 0.0 - 1e-6
