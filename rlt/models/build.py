@@ -70,6 +70,20 @@ def parameter_rows(**overrides: int) -> list[dict[str, object]]:
                 difference=None,
             )
         )
+        rows.append(
+            dict(
+                model=f"DeltaNet {layers}",
+                split="-",
+                params=count_parameters(
+                    DeltaNetConfig(
+                        n_layers=layers,
+                        **{**common, "d_ff": common["d_ff"] - common["d_model"] // 3},
+                    )
+                ),
+                rlt0=None,
+                difference=None,
+            )
+        )
         for split in splits:
             rlt1 = count_parameters(RLTConfig.from_split(split, feedback_interval=1, **common))
             rlt0 = count_parameters(RLTConfig.from_split(split, feedback_interval=None, **common))

@@ -173,6 +173,8 @@ def test_submitit_local_executor(tmp_path):
         ("tiny", 8, 8),
         ("schedule", 30, 30),
         ("laptop", 36, 36),
+        ("baselines_laptop", 60, 60),
+        ("baselines", 60, 60),
     ],
 )
 def test_presets_have_their_documented_cell_counts(sweep, distinct, jobs):
@@ -199,6 +201,8 @@ def test_every_sweep_file_is_tested():
         "tiny",
         "schedule",
         "laptop",
+        "baselines_laptop",
+        "baselines",
     }
 
 

@@ -224,3 +224,17 @@ def test_unwritable_run_directory_gets_one_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="cannot write to the run directory .*root=DIR"):
         run(tiny(blocker))
     assert blocker.read_text() == "not a directory"
+
+
+@pytest.mark.parametrize(("scale", "split"), [("laptop", "1+1"), ("paper", "4+4")])
+def test_deltanet_is_parameter_matched_to_the_transformer_at_each_scale(scale, split):
+    from rlt.models import count_parameters
+    from rlt.training.run import model_config
+
+    counts = {}
+    for model in ("deltanet", "deltanet01", "transformer"):
+        cfg = compose_cfg([f"model={model}", f"scale={scale}", f"split={split}"])
+        _, config_cls, kwargs = model_config(cfg)
+        counts[model] = count_parameters(config_cls(**kwargs))
+    assert counts["deltanet"] == counts["deltanet01"]
+    assert abs(counts["deltanet"] / counts["transformer"] - 1) < 0.03, counts
