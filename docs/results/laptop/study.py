@@ -134,9 +134,14 @@ def diagnostics_figure(names: list[str], path: Path) -> None:
             label = run.name
             row[0].plot(*zip(*[(s, 100 * a) for s, a in curve]), label=label)
             row[1].plot([d["step"] for d in diag], [d["state_share"] for d in diag], label=label)
-            row[2].semilogy([d["step"] for d in diag], [d["grad_W_s"] for d in diag], label=label)
+            (line,) = row[2].semilogy(
+                [d["step"] for d in diag], [d["grad_W_s"] for d in diag], label=label
+            )
             row[2].semilogy(
-                [d["step"] for d in diag], [max(d["grad_s_star"], 1e-8) for d in diag], ls=":"
+                [d["step"] for d in diag],
+                [max(d["grad_s_star"], 1e-8) for d in diag],
+                ls=":",
+                color=line.get_color(),
             )
         row[0].set_ylabel(f"{name}\nval acc %")
         row[1].set_ylabel("|alpha g W_s r| / |e|")
