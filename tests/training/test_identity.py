@@ -238,3 +238,76 @@ def test_deltanet_is_parameter_matched_to_the_transformer_at_each_scale(scale, s
         counts[model] = count_parameters(config_cls(**kwargs))
     assert counts["deltanet"] == counts["deltanet01"]
     assert abs(counts["deltanet"] / counts["transformer"] - 1) < 0.03, counts
+
+
+def test_early_stop_ends_the_run_and_a_rerun_keeps_it(tmp_path):
+    import json
+
+    overrides = [
+        "scale.max_steps=8",
+        "scale.val_every=2",
+        "callbacks.early_stop.val_acc=0.0",  # every validation qualifies
+        "callbacks.early_stop.patience=2",
+    ]
+    out = run(tiny(tmp_path, *overrides))
+    run_dir = Path(out["run_dir"])
+    res = json.loads((run_dir / "results.json").read_text())
+    assert out["state"] == "done" and res["stopped_early"] == 4
+    assert [r["step"] for r in res["val_curve"]] == [2, 4]
+    assert res["test_by_policy"]["final"]["step"] == 4
+    # Killed after stopping but before results were written: the rerun resumes, trains nothing
+    # more and writes the same results.
+    (run_dir / "results.json").unlink()
+    status = json.loads((run_dir / "status.json").read_text())
+    (run_dir / "status.json").write_text(json.dumps({**status, "state": "running"}))
+    again = run(tiny(tmp_path, *overrides))
+    assert again["state"] == "resumed"
+    res2 = json.loads((run_dir / "results.json").read_text())
+    assert res2["val_curve"] == res["val_curve"] and res2["test"] == res["test"]
+
+
+def test_diagnostics_record_the_feedback_path(tmp_path):
+    import json
+    import math
+
+    out = run(tiny(tmp_path, "scale.max_steps=4", "callbacks.diagnostics_every=2"))
+    rows = json.loads((Path(out["run_dir"]) / "diagnostics.json").read_text())
+    assert [r["step"] for r in rows] == [2, 4]
+    for r in rows:
+        for key in ("grad_s_star", "grad_W_s", "grad_W_g_state", "grad_total", "state_share"):
+            assert math.isfinite(r[key]) and r[key] >= 0, key
+        assert 0 < r["gate"] < 1 and r["grad_W_s"] <= r["grad_total"]
+    rlt0 = run(tiny(tmp_path, "model=rlt0", "scale.max_steps=4", "callbacks.diagnostics_every=2"))
+    assert not (Path(rlt0["run_dir"]) / "diagnostics.json").exists()  # no feedback path
+
+
+def test_state_share_matches_a_direct_computation():
+    import torch
+
+    from rlt.models import RLTConfig, build_model
+    from rlt.training.callbacks import FeedbackDiagnostics
+
+    torch.manual_seed(0)
+    model = build_model(RLTConfig.from_split("1+1", d_model=16, n_heads=2, alpha=0.5))
+    tokens = torch.randint(3, 20, (3, 9))
+    tokens[0, 6:] = 0  # padding is left out
+    got = FeedbackDiagnostics("unused", lambda: tokens, 1).state_share(model)
+    # Directly: run the plain decoder, recomputing each merge's contribution from its state.
+    with torch.no_grad():
+        e = model.encode(tokens)
+        merge = model.merge
+        s = merge.initial_state(3)
+        window, memory = model.empty_window(3, e), model.memory_kv(e)
+        ratios, gates = [], []
+        for t in range(9):
+            gs, ws = merge.state_proj(merge.state_norm(s)).chunk(2, dim=-1)
+            gate = torch.sigmoid(merge.gate_input(e[:, t : t + 1])[:, 0] + gs)
+            contrib = merge.alpha * gate * ws
+            ratio = contrib.norm(dim=-1) / e[:, t].norm(dim=-1)
+            keep = tokens[:, t] != 0
+            ratios += ratio[keep].tolist()
+            gates += gate.mean(dim=-1)[keep].tolist()
+            out, s_next, window = model.decode(e[:, t : t + 1], memory, start=t, s=s, window=window)
+            s = s_next
+    assert got["state_share"] == pytest.approx(sum(ratios) / len(ratios), rel=1e-5)
+    assert got["gate"] == pytest.approx(sum(gates) / len(gates), rel=1e-5)
