@@ -16,17 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlt.training.io import lock_is_stale
-
-GRID = "grid.json"
-
-
-def find_runs(root: Path) -> list[Path]:
-    """Run directories under ``root``: those holding a status.json or results.json."""
-    found = {p.parent for p in root.rglob("status.json")} | {
-        p.parent for p in root.rglob("results.json")
-    }
-    return sorted(d for d in found if ".hydra" not in d.parts)
+from rlt import rundir
+from rlt.rundir import GRID, find_runs, lock_is_stale
 
 
 def cell_states(sweep_dir: str | Path) -> list[dict[str, Any]]:
@@ -45,13 +36,14 @@ def cell_states(sweep_dir: str | Path) -> list[dict[str, Any]]:
     records = []
     for cell in cells:
         d = sweep_dir / cell
-        status = _read(d / "status.json") or {}
+        status = _read(d / rundir.STATUS) or {}
         state = status.get("state", "missing" if not d.exists() else "pending")
-        if state == "done" and not (d / "results.json").exists():
+        if state == "done" and not (d / rundir.RESULTS).exists():
             state = "incomplete"
-        elif state == "done" and _read(d / "results.json") is None:
+        elif state == "done" and _read(d / rundir.RESULTS) is None:
             state = "unreadable"  # results.json does not parse: a relaunch re-evaluates it
-        if state == "running" and (not (d / ".lock").exists() or lock_is_stale(d / ".lock")):
+        lock = d / rundir.LOCK
+        if state == "running" and (not lock.exists() or lock_is_stale(lock)):
             state = "interrupted"  # no live process holds it: relaunch resumes it
         records.append(
             {
@@ -68,8 +60,8 @@ def cell_states(sweep_dir: str | Path) -> list[dict[str, Any]]:
 
 def _read(path: Path) -> dict | None:
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        return rundir.read_json(path, corrupt_ok=True)
+    except OSError:
         return None
 
 

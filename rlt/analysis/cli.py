@@ -7,9 +7,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlt.analysis.collect import POLICIES, NoResultsError, collect
+from rlt.analysis.collect import NoResultsError, collect
 from rlt.analysis.report import ReportOptions, write_report
 from rlt.analysis.tables import Lengths
+from rlt.rundir import POLICIES
 
 
 def _lengths(values: list[str] | None, flag: str) -> Lengths:

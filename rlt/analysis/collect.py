@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,18 +29,13 @@ from typing import Any
 import pandas as pd
 
 from rlt.analysis.labels import ModelKey, model_key, task_sort_key
+from rlt.rundir import GRID_FILES, RESULTS, STATUS, find_runs, parse_cell
 
-RESULTS = "results.json"
-STATUS = "status.json"
-CONFIG = "config.yaml"
-GRID_FILES = ("grid.json", "sweep.json")
-POLICIES = ("min_val_loss", "final", "max_val_acc")
 SCHEMA_VERSION = 1
 
 # Columns that identify a run in every long frame, so any frame can be grouped on its own.
 KEYS = ["run_id", "row", "task", "preset", "label", "seed"]
 
-_SEED_DIR = re.compile(r"^seed(-?\d+)$")
 # Numbers in curve points that describe the evaluation rather than measure the model.
 _NOT_METRICS = {"step", "feedback_interval", "epoch"}
 
@@ -117,17 +110,6 @@ class Collection:
         }
 
 
-def find_run_dirs(root: Path) -> Iterator[Path]:
-    """Run directories under root (root itself may be one), in sorted order, pruning below runs."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        files = set(filenames)
-        is_seed_dir = _SEED_DIR.match(Path(dirpath).name) is not None
-        if RESULTS in files or STATUS in files or (CONFIG in files and is_seed_dir):
-            dirnames[:] = []
-            yield Path(dirpath)
-
-
 def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Collection:
     """Load every run under the given sweep directories.
 
@@ -147,7 +129,7 @@ def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Col
     test_rows: list[dict] = []
     warnings: list[str] = []
     for i, sweep_dir in enumerate(sweep_dirs):
-        for run_dir in find_run_dirs(sweep_dir):
+        for run_dir in find_runs(sweep_dir):
             rec, val, train, test, warn = _read_run(run_dir, sweep_dir)
             rec["sweep_index"] = i
             records.append(rec)
@@ -227,11 +209,7 @@ def _read_json(path: Path) -> tuple[dict | None, str | None]:
 
 def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, list[str]]:
     """One run directory -> (run record, val rows, train rows, test rows, warnings)."""
-    parts = run_dir.resolve().parts
-    seed_m = _SEED_DIR.match(parts[-1]) if parts else None
-    from_path = {}
-    if seed_m and len(parts) >= 4:
-        from_path = {"task": parts[-4], "model": parts[-3], "arch": parts[-2]}
+    from_path = parse_cell(run_dir.resolve()) or {}
     rec: dict[str, Any] = dict.fromkeys(_RUN_COLUMNS)
     rec.update(
         run_id=str(run_dir),
@@ -243,7 +221,7 @@ def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, l
         model_dir=from_path.get("model"),
         arch=from_path.get("arch"),
         split=from_path.get("arch"),
-        seed=int(seed_m.group(1)) if seed_m else None,
+        seed=from_path.get("seed"),
         has_results=False,
         used=False,
     )

@@ -15,8 +15,9 @@ from pathlib import Path
 import pandas as pd
 
 from rlt.analysis import render
-from rlt.analysis.collect import POLICIES, Collection
+from rlt.analysis.collect import Collection
 from rlt.analysis.labels import DEPTH_VARIANTS, parse_split
+from rlt.rundir import POLICIES
 
 # Lengths of the report's feedback-interval table (SPEC section 4); other tasks use their
 # longest tested length.

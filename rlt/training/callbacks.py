@@ -15,13 +15,13 @@ from typing import Any
 import lightning as L
 import torch
 
+from rlt import rundir
 from rlt.models import RecurrentLoopedTransformer
 from rlt.tasks.vocab import PAD as PAD_ID
-from rlt.training import io
 from rlt.training.schedule import FeedbackSchedule
 
 # Checkpoint policies: which validation row wins. Strict comparisons keep the earliest on ties.
-POLICIES = ("min_val_loss", "final", "max_val_acc")
+POLICIES = rundir.POLICIES
 
 
 def select_step(curve: list[dict[str, float]], policy: str) -> dict[str, float]:
@@ -89,7 +89,7 @@ class RunRecorder(L.Callback):
         stop_patience: int = 1,
     ):
         self.run_dir = Path(run_dir)
-        self.ckpt_dir = self.run_dir / io.CKPT_DIR
+        self.ckpt_dir = self.run_dir / rundir.CKPT_DIR
         self.val_loader_fn = val_loader_fn
         self.evaluate_fn = evaluate_fn
         self.val_every = val_every
@@ -135,7 +135,9 @@ class RunRecorder(L.Callback):
         self._last_step = trainer.global_step
         if self.stopped_early is not None:
             trainer.should_stop = True  # resumed after early stopping: nothing left to train
-        io.write_status(self.run_dir, "running", step=trainer.global_step, max_steps=self.max_steps)
+        rundir.write_status(
+            self.run_dir, "running", step=trainer.global_step, max_steps=self.max_steps
+        )
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._t0 = time.perf_counter()
@@ -183,7 +185,7 @@ class RunRecorder(L.Callback):
             trainer.should_stop = True
         self.save_last(trainer)
         best_acc = max(r["acc"] for r in self.val_curve)
-        io.write_status(
+        rundir.write_status(
             self.run_dir,
             "running",
             step=step,
@@ -201,8 +203,8 @@ class RunRecorder(L.Callback):
         return all(r["acc"] >= self.stop_at_val_acc for r in recent)
 
     def save_last(self, trainer: L.Trainer) -> None:
-        path = self.ckpt_dir / io.LAST_CKPT
-        tmp = self.ckpt_dir / f".{io.LAST_CKPT}.tmp"
+        path = self.ckpt_dir / rundir.LAST_CKPT
+        tmp = self.ckpt_dir / f".{rundir.LAST_CKPT}.tmp"
         trainer.save_checkpoint(tmp)
         os.replace(tmp, path)
 
@@ -241,7 +243,7 @@ class FeedbackDiagnostics(L.Callback):
     """
 
     def __init__(self, run_dir: str | Path, batch_fn, every: int):
-        self.path = Path(run_dir) / "diagnostics.json"
+        self.path = Path(run_dir) / rundir.DIAGNOSTICS
         self.batch_fn = batch_fn
         self.every = max(1, int(every))
         self.rows: list[dict[str, float]] = []
@@ -281,7 +283,7 @@ class FeedbackDiagnostics(L.Callback):
         row = {"step": step, **self._grads, **self.state_share(pl_module.model)}
         self._grads = {}
         self.rows.append(row)
-        io.atomic_write_json(self.path, self.rows)
+        rundir.atomic_write_json(self.path, self.rows)
 
     @torch.no_grad()
     def state_share(self, model) -> dict[str, float]:

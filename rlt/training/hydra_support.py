@@ -14,6 +14,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from rlt.rundir import JOBS_DIR
+
 
 def register_resolvers() -> None:
     """``rlt_sum`` (layer totals for the Transformer) and ``rlt_first`` (first non-null)."""
@@ -27,7 +29,6 @@ def register_resolvers() -> None:
 
 register_resolvers()
 
-JOBS_DIR = ".jobs"
 LAUNCH_ENV = "RLT_SWEEP_LAUNCH"
 
 
@@ -171,7 +172,7 @@ def write_grid(config: DictConfig, sweep_dir: Path) -> None:
     ``python -m rlt.sweep status`` use it to name missing cells)."""
     from hydra import compose
 
-    from rlt.training.io import atomic_write_json
+    from rlt.rundir import GRID, atomic_write_json
 
     cells: dict[str, dict[str, Any]] = {}
     for job in expand_jobs(config):
@@ -190,5 +191,5 @@ def write_grid(config: DictConfig, sweep_dir: Path) -> None:
             },
         )
     atomic_write_json(
-        sweep_dir / "grid.json", {"n_jobs": len(expand_jobs(config)), "cells": list(cells.values())}
+        sweep_dir / GRID, {"n_jobs": len(expand_jobs(config)), "cells": list(cells.values())}
     )

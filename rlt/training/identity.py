@@ -14,6 +14,8 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from rlt import rundir
+
 # Keys (dotted prefixes) that never change a run's results.
 RUN_CONTROL = (
     "root",
@@ -78,7 +80,7 @@ def config_differences(stored: dict[str, Any], requested: dict[str, Any]) -> lis
 
 def stored_config(run_dir: Path) -> dict[str, Any] | None:
     """The resolved config saved in a run directory, or None if there is none (or unreadable)."""
-    path = run_dir / "config.yaml"
+    path = run_dir / rundir.CONFIG
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError):

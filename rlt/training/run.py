@@ -24,9 +24,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import rlt
+from rlt import rundir
 from rlt.models import DeltaNetConfig, LSTMConfig, RLTConfig, TransformerConfig
 from rlt.tasks import get_task
-from rlt.training import hydra_support, identity, io
+from rlt.training import hydra_support, identity
 from rlt.training.callbacks import (
     POLICIES,
     FeedbackDiagnostics,
@@ -356,12 +357,12 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
     spec = prepare(cfg)
     run_dir = spec.run_dir
     cell = spec.identity["cell"]
-    results_path = run_dir / io.RESULTS
-    status = io.read_json(run_dir / io.STATUS, corrupt_ok=True) or {}
+    results_path = run_dir / rundir.RESULTS
+    status = rundir.read_json(run_dir / rundir.STATUS, corrupt_ok=True) or {}
     if not cfg.force:
         _check_same_config(spec)
     finished = results_path.exists() and status.get("state") == "done" and not cfg.force
-    if finished and io.read_json(results_path, corrupt_ok=True) is None:
+    if finished and rundir.read_json(results_path, corrupt_ok=True) is None:
         _say(
             f"[repair] {cell}: {results_path} is unreadable; evaluating the finished run again "
             "from its checkpoints"
@@ -371,7 +372,7 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
         _say(f"[skipped] {cell}: already done; results in {results_path} (force=true retrains)")
         if cfg.print_table and not hydra_support.is_multirun():
             with contextlib.suppress(Exception):
-                print_table(io.read_json(results_path))
+                print_table(rundir.read_json(results_path))
         return {"state": "skipped", "run_dir": str(run_dir)}
 
     try:
@@ -388,23 +389,25 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
         if not acquired:
             _say(f"[busy] {cell}: another process is training this run ({run_dir / '.lock'})")
             return {"state": "busy", "run_dir": str(run_dir)}
-        last = run_dir / io.CKPT_DIR / io.LAST_CKPT
+        last = run_dir / rundir.CKPT_DIR / rundir.LAST_CKPT
         resuming = cfg.resume and last.exists() and not cfg.force
         if cfg.force and last.exists():
             last.unlink()
         if resuming:
             _check_checkpoint(last)
-        io.atomic_write_text(run_dir / io.CONFIG, OmegaConf.to_yaml(cfg, resolve=True))
+        rundir.atomic_write_text(run_dir / rundir.CONFIG, OmegaConf.to_yaml(cfg, resolve=True))
         try:
             result = _train_and_evaluate(spec, last if resuming else None)
         except BaseException as e:
-            io.write_status(
+            rundir.write_status(
                 run_dir,
                 "failed",
                 error=f"{type(e).__name__}: {e}",
                 traceback=traceback.format_exc(),
             )
-            _say(f"[failed] {cell}: {type(e).__name__}: {e} (traceback in {run_dir / io.STATUS})")
+            _say(
+                f"[failed] {cell}: {type(e).__name__}: {e} (traceback in {run_dir / rundir.STATUS})"
+            )
             if raise_on_failure or isinstance(e, KeyboardInterrupt):
                 raise
             return {"state": "failed", "run_dir": str(run_dir), "error": str(e)}
@@ -417,7 +420,7 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
 def _run_lock(run_dir: Path):
     """An exclusive lock file so two jobs of a sweep never train the same run directory (the
     Transformer of a grid over splits maps several cells to one run)."""
-    lock = run_dir / ".lock"
+    lock = run_dir / rundir.LOCK
     acquired = False
     for _ in range(2):
         try:
@@ -427,7 +430,7 @@ def _run_lock(run_dir: Path):
             acquired = True
             break
         except FileExistsError:
-            if io.lock_is_stale(lock):
+            if rundir.lock_is_stale(lock):
                 lock.unlink(missing_ok=True)
                 continue
             break
@@ -586,7 +589,7 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
             PlainProgress(
                 cell=spec.identity["cell"],
                 recorder=recorder,
-                log_path=run_dir / "train.log",
+                log_path=run_dir / rundir.TRAIN_LOG,
                 every_steps=cfg.trainer.progress_every,
                 every_seconds=cfg.trainer.progress_seconds,
             )
@@ -642,9 +645,9 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         "threads": torch.get_num_threads(),
         "pid": os.getpid(),
     }
-    io.atomic_write_json(run_dir / io.RESULTS, results)
+    rundir.atomic_write_json(run_dir / rundir.RESULTS, results)
     best_acc = max(r["acc"] for r in recorder.val_curve)
-    io.write_status(
+    rundir.write_status(
         run_dir,
         "done",
         step=trainer.global_step,
@@ -668,7 +671,7 @@ def _evaluate_policies(spec, module, dm, recorder: RunRecorder, n_params: int) -
     by_step: dict[int, list[dict]] = {}
     by_policy: dict[str, dict[str, Any]] = {}
     for policy in policies:
-        ckpt = load_weights(spec.run_dir / io.CKPT_DIR / f"{policy}.pt")
+        ckpt = load_weights(spec.run_dir / rundir.CKPT_DIR / f"{policy}.pt")
         step = int(ckpt["step"])
         # Evaluate with the chunk size of the last training stage (SPEC: inference must use it).
         fb = spec.schedule.final if spec.schedule is not None else ckpt["feedback_interval"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlt.training import io
+from rlt import rundir
 from rlt.training.run import ConfigError, prepare, run
 from tests.training.helpers import compose_cfg, group_options
 
@@ -22,7 +22,7 @@ def tiny(tmp_path: Path, *overrides: str) -> list[str]:
 
 
 def load_results(run_dir: str | Path) -> dict:
-    return json.loads((Path(run_dir) / io.RESULTS).read_text())
+    return json.loads((Path(run_dir) / rundir.RESULTS).read_text())
 
 
 @pytest.mark.slow
@@ -56,14 +56,14 @@ def test_results_layout_and_skip_when_done(tmp_path, capsys):
     assert res["test_by_policy"]["final"]["step"] == 4
     assert res["test"] == res["test_by_policy"]["min_val_loss"]["rows"]
     assert res["params"] > 0 and res["timing"]["sec_per_step"] > 0
-    assert json.loads((run_dir / io.STATUS).read_text())["state"] == "done"
+    assert json.loads((run_dir / rundir.STATUS).read_text())["state"] == "done"
     for name in ("min_val_loss.pt", "final.pt", "max_val_acc.pt", "last.ckpt"):
         assert (run_dir / "checkpoints" / name).exists()
-    before = (run_dir / io.RESULTS).read_bytes()
+    before = (run_dir / rundir.RESULTS).read_bytes()
     again = run(compose_cfg(tiny(tmp_path, "task=parity", "model=rlt2", "split=1+1")))
     assert again["state"] == "skipped"
     assert "already done" in capsys.readouterr().out
-    assert (run_dir / io.RESULTS).read_bytes() == before
+    assert (run_dir / rundir.RESULTS).read_bytes() == before
 
 
 def test_selected_checkpoint_is_the_earliest_lowest_validation_loss(tmp_path):
@@ -88,7 +88,7 @@ def test_resume_after_a_crash_equals_an_uninterrupted_run(tmp_path):
     with pytest.raises(RuntimeError, match="injected failure at step 3"):
         run(crash)
     run_dir = Path(crash.out_dir)
-    status = json.loads((run_dir / io.STATUS).read_text())
+    status = json.loads((run_dir / rundir.STATUS).read_text())
     assert status["state"] == "failed" and "injected failure" in status["traceback"]
     assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 2
 
@@ -123,10 +123,10 @@ def test_nan_loss_fails_with_its_step(tmp_path):
     )
     out = run(cfg, raise_on_failure=False)
     assert out["state"] == "failed"
-    status = json.loads((Path(cfg.out_dir) / io.STATUS).read_text())
+    status = json.loads((Path(cfg.out_dir) / rundir.STATUS).read_text())
     assert status["state"] == "failed"
     assert "non-finite training loss" in status["error"] and "at step 1" in status["error"]
-    assert not (Path(cfg.out_dir) / io.RESULTS).exists()
+    assert not (Path(cfg.out_dir) / rundir.RESULTS).exists()
 
 
 def test_corrupt_checkpoint_is_a_clear_error_and_keeps_other_results(tmp_path):

@@ -1,0 +1,179 @@
+"""The run directory, in one place: its layout, file names, checkpoint policies, run states,
+how runs are found, and the one JSON reader/writer (atomic, so a crash never leaves half a
+results file). Standard library only: training, ``python -m rlt.sweep`` and the analysis all
+use it.
+
+A run lives in ``<root>/<sweep or preset>/<task>/<model>/<arch>/seed<seed>/`` (``arch`` is the
+split for the RLT family, ``L<n>`` for depth-only baselines) unless Hydra's ``hydra.run.dir`` /
+``hydra.sweep.dir`` moves it (rlt.training.hydra_support.run_dir_for). It holds:
+
+    config.yaml         the resolved config (the identity a rerun is checked against)
+    status.json         state (RUN_STATES), step, max_steps, best_val_acc, error, traceback
+    results.json        everything analysis needs (README "results.json")
+    diagnostics.json    feedback-path diagnostics (callbacks.diagnostics_every), optional
+    train.log           progress lines (and Hydra's log)
+    csv/metrics.csv     Lightning's CSV log
+    checkpoints/        last.ckpt (resume) and <policy>.pt for each of POLICIES
+    .lock               held by the process training the run ("<pid> <host>")
+and a sweep directory holds grid.json (the cells a multirun expects) and .jobs/<launch>/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS = "results.json"
+STATUS = "status.json"
+CONFIG = "config.yaml"
+DIAGNOSTICS = "diagnostics.json"
+TRAIN_LOG = "train.log"
+CKPT_DIR = "checkpoints"
+LAST_CKPT = "last.ckpt"
+LOCK = ".lock"
+GRID = "grid.json"
+GRID_FILES = (GRID, "sweep.json")  # sweep.json: the grid file of early versions
+JOBS_DIR = ".jobs"
+
+# Checkpoint policies: which validation row wins. min_val_loss is the report's.
+POLICIES = ("min_val_loss", "final", "max_val_acc")
+
+# States a run can be in. Written by training: running, done, failed. Told by readers from the
+# files: pending (a directory without status), interrupted (running, but no live process holds
+# the lock), unreadable (done, but results.json does not parse), incomplete (done without
+# results.json), missing (a cell of grid.json without a directory).
+RUN_STATES = (
+    "pending",
+    "running",
+    "done",
+    "failed",
+    "interrupted",
+    "unreadable",
+    "incomplete",
+    "missing",
+)
+_SEED_DIR = re.compile(r"^seed-?\d+$")
+
+
+def cell_path(task: str, model: str, arch: str, seed: int) -> str:
+    """``parity/rlt1/4+4/seed42``: a run's place inside its sweep directory."""
+    return f"{task}/{model}/{arch}/seed{seed}"
+
+
+def parse_cell(path: str | Path) -> dict[str, Any] | None:
+    """The inverse of :func:`cell_path` on the last four parts of a run directory's path:
+    ``{task, model, arch, seed}``, or None when the path does not end in that layout."""
+    parts = Path(path).parts
+    if len(parts) < 4 or not _SEED_DIR.match(parts[-1]):
+        return None
+    task, model, arch, seed_dir = parts[-4:]
+    return {"task": task, "model": model, "arch": arch, "seed": int(seed_dir[4:])}
+
+
+def find_runs(root: str | Path) -> list[Path]:
+    """Run directories under ``root`` (root itself may be one), in sorted depth-first order:
+    a directory holding a results.json or status.json, or a config.yaml in a seed directory.
+    Hidden directories (.hydra, .jobs) and everything below a run (checkpoints, csv) are
+    skipped."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        files = set(filenames)
+        is_seed_dir = _SEED_DIR.match(Path(dirpath).name) is not None
+        if RESULTS in files or STATUS in files or (CONFIG in files and is_seed_dir):
+            dirnames[:] = []
+            found.append(Path(dirpath))
+    return found
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same directory and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide results from collaborators
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    atomic_write_text(
+        path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n"
+    )
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "item"):
+        return obj.item()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"cannot serialise {type(obj).__name__} to JSON")
+
+
+def read_json(path: str | Path, *, corrupt_ok: bool = False) -> dict | None:
+    """The JSON object at ``path``, or None when the file does not exist (or, with
+    ``corrupt_ok``, when it does not parse)."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        if corrupt_ok:
+            return None
+        raise
+
+
+def write_status(run_dir: str | Path, state: str, **fields: Any) -> dict:
+    """Update ``status.json`` (state running/done/failed plus progress fields), keeping old fields."""
+    path = Path(run_dir) / STATUS
+    status = read_json(path) or {}
+    status.update(fields)
+    status["state"] = state
+    status["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    if state != "failed":
+        status["error"] = None
+        status["traceback"] = None
+    atomic_write_json(path, status)
+    return status
+
+
+def lock_is_stale(lock: Path) -> bool:
+    """Whether a run's ``.lock`` names a process that no longer runs (on this host; another
+    host's lock, e.g. a SLURM job elsewhere, is trusted)."""
+    import platform
+
+    try:
+        pid_s, host = Path(lock).read_text().split(maxsplit=1)
+        pid = int(pid_s)
+    except (OSError, ValueError):
+        return True
+    if host != platform.node():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
