@@ -50,9 +50,7 @@ def test_every_task_model_split_validates():
             cfg.split = node
             spec = prepare(cfg)
             assert spec.identity["n_layers"] == node.n_enc + node.n_dec
-            assert spec.identity["split"] == (
-                name if model not in ("transformer", "lstm") else None
-            )
+            assert spec.identity["split"] == (name if spec.family == "rlt" else None)
             assert spec.test_lengths
 
 
