@@ -4,6 +4,7 @@ failure reporting, W&B offline files."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -150,8 +151,15 @@ def test_wandb_offline_run_leaves_config_and_metrics(tmp_path, monkeypatch):
     runs = list((Path(cfg.out_dir) / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
     # wandb >= 0.19 keeps config and history inside the binary run log until `wandb sync`.
-    log = next(runs[0].glob("run-*.wandb")).read_bytes()
-    for key in (b"data_seed", b"d_model", b"val/acc", b"length_generalization"):
+    # The W&B service writes the log in its own process; give it a moment to flush (a loaded CI
+    # machine once read the file while it still held only its header).
+    path = next(runs[0].glob("run-*.wandb"))
+    keys = (b"data_seed", b"d_model", b"val/acc", b"length_generalization")
+    deadline = time.monotonic() + 60
+    while not all(k in path.read_bytes() for k in keys) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    log = path.read_bytes()
+    for key in keys:
         assert key in log, key
     assert (Path(cfg.out_dir) / "csv" / "metrics.csv").exists()
     # One W&B group per table cell (all seeds of sweep/task/model/split), the model label as
