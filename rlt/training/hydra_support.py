@@ -79,16 +79,10 @@ def precheck_overrides(argv: list[str]) -> None:
     list the valid keys. Prints one line naming them and exits with status 2."""
     import dataclasses
 
-    from rlt.models import DeltaNetConfig, LSTMConfig, RLTConfig, TransformerConfig
+    from rlt.training.run import _FAMILIES, _MODEL_META
 
-    families = {
-        "rlt": RLTConfig,
-        "transformer": TransformerConfig,
-        "lstm": LSTMConfig,
-        "deltanet": DeltaNetConfig,
-        "deltanet01": DeltaNetConfig,
-    }
-    meta = {"name", "family", "label", "arch_tag", "feedback_schedule", "feedback_interval"}
+    families = {**_FAMILIES, "deltanet01": _FAMILIES["deltanet"]}
+    meta = {*_MODEL_META, "feedback_interval"}
     model = next((a.split("=", 1)[1] for a in argv if a.startswith("model=")), "rlt1")
     family = "transformer" if model.startswith("transformer") else model
     family = family if family in families else "rlt"
