@@ -173,7 +173,7 @@ def test_submitit_local_executor(tmp_path):
         ("tiny", 8, 8),
         ("schedule", 30, 30),
         ("laptop", 36, 36),
-        ("baselines_laptop", 60, 60),
+        ("baselines_laptop", 30, 30),
         ("baselines", 60, 60),
     ],
 )
