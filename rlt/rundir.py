@@ -8,7 +8,8 @@ split for the RLT family, ``L<n>`` for depth-only baselines) unless Hydra's ``hy
 ``hydra.sweep.dir`` moves it (rlt.training.hydra_support.run_dir_for). It holds:
 
     config.yaml         the resolved config (the identity a rerun is checked against)
-    status.json         state (RUN_STATES), step, max_steps, best_val_acc, error, traceback
+    status.json         state (RUN_STATES), step, max_steps, best_val_acc, error, traceback,
+                        slurm (job id, queue id, restart count, node) inside a SLURM job
     results.json        everything analysis needs (README "results.json")
     diagnostics.json    feedback-path diagnostics (callbacks.diagnostics_every), optional
     train.log           progress lines (and Hydra's log)
@@ -43,16 +44,19 @@ JOBS_DIR = ".jobs"
 # Checkpoint policies: which validation row wins. min_val_loss is the report's.
 POLICIES = ("min_val_loss", "final", "max_val_acc")
 
-# States a run can be in. Written by training: running, done, failed. Told by readers from the
-# files: pending (a directory without status), interrupted (running, but no live process holds
-# the lock), unreadable (done, but results.json does not parse), incomplete (done without
-# results.json), missing (a cell of grid.json without a directory).
+# States a run can be in. Written by training: running, done, failed, interrupted (stopped
+# from outside: SIGTERM, scancel, Ctrl-C; the same command resumes it) and requeued (SLURM
+# requeued its job, which resumes it). Told by readers from the files: pending (a directory
+# without status), interrupted also for a running state that no live process holds (or whose
+# SLURM job is gone), unreadable (done, but results.json does not parse), incomplete (done
+# without results.json), missing (a cell of grid.json without a directory).
 RUN_STATES = (
     "pending",
     "running",
     "done",
     "failed",
     "interrupted",
+    "requeued",
     "unreadable",
     "incomplete",
     "missing",
@@ -145,7 +149,7 @@ def read_json(path: str | Path, *, corrupt_ok: bool = False) -> dict | None:
 
 
 def write_status(run_dir: str | Path, state: str, **fields: Any) -> dict:
-    """Update ``status.json`` (state running/done/failed plus progress fields), keeping old fields."""
+    """Update ``status.json`` (a state of RUN_STATES plus progress fields), keeping old fields."""
     path = Path(run_dir) / STATUS
     status = read_json(path) or {}
     status.update(fields)

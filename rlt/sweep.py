@@ -2,8 +2,8 @@
 
     python -m rlt.sweep status SWEEP_DIR [--json]
 
-prints one line per cell of the sweep (its state, step / max steps, best validation accuracy)
-and a count per state. The expected cells come from ``grid.json``, which ``train.py -m``
+prints one line per cell of the sweep (its state, step / max steps, best validation accuracy,
+and for runs of SLURM jobs the job id and its state in ``squeue``) and a count per state. The expected cells come from ``grid.json``, which ``train.py -m``
 writes when a multirun starts; run directories found on disk but not in the grid are listed
 too, and cells of the grid without a directory are ``missing``.
 """
@@ -18,10 +18,12 @@ from typing import Any
 
 from rlt import rundir
 from rlt.rundir import GRID, find_runs, lock_is_stale
+from rlt.training import slurm
 
 
 def cell_states(sweep_dir: str | Path) -> list[dict[str, Any]]:
-    """One record per cell: cell, state, step, max_steps, best_val_acc, error."""
+    """One record per cell: cell, state, slurm ("<job> <squeue state>" or None), step,
+    max_steps, best_val_acc, error."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise FileNotFoundError(
@@ -33,10 +35,15 @@ def cell_states(sweep_dir: str | Path) -> list[dict[str, Any]]:
         expected = [c["cell"] for c in json.loads(grid_file.read_text())["cells"]]
     on_disk = {str(d.relative_to(sweep_dir)): d for d in find_runs(sweep_dir)}
     cells = list(dict.fromkeys(expected + sorted(on_disk)))
+    statuses = {cell: _read(sweep_dir / cell / rundir.STATUS) or {} for cell in cells}
+    queue_ids = [s["slurm"]["queue_id"] for s in statuses.values() if s.get("slurm")]
+    queue = slurm.queue_states(queue_ids)
+    on_cluster = bool(queue_ids) and slurm.squeue_available()
     records = []
     for cell in cells:
         d = sweep_dir / cell
-        status = _read(d / rundir.STATUS) or {}
+        status = statuses[cell]
+        job = (status.get("slurm") or {}).get("queue_id")
         state = status.get("state", "missing" if not d.exists() else "pending")
         if state == "done" and not (d / rundir.RESULTS).exists():
             state = "incomplete"
@@ -45,10 +52,13 @@ def cell_states(sweep_dir: str | Path) -> list[dict[str, Any]]:
         lock = d / rundir.LOCK
         if state == "running" and (not lock.exists() or lock_is_stale(lock)):
             state = "interrupted"  # no live process holds it: relaunch resumes it
+        if state in ("running", "requeued") and on_cluster and job not in queue:
+            state = "interrupted"  # its SLURM job has ended without finishing the run
         records.append(
             {
                 "cell": cell,
                 "state": state,
+                "slurm": f"{job} {queue.get(job, '-')}" if job else None,
                 "step": status.get("step"),
                 "max_steps": status.get("max_steps"),
                 "best_val_acc": status.get("best_val_acc"),
@@ -66,11 +76,14 @@ def _read(path: Path) -> dict | None:
 
 
 def format_status(records: list[dict[str, Any]]) -> str:
-    lines = [f"{'state':12s} {'step':>11s} {'best val acc':>12s}  cell"]
+    with_slurm = any(r.get("slurm") for r in records)
+    slurm_head = f" {'slurm job':>18s}" if with_slurm else ""
+    lines = [f"{'state':12s} {'step':>11s} {'best val acc':>12s}{slurm_head}  cell"]
     for r in records:
         step = f"{r['step']}/{r['max_steps']}" if r["step"] is not None else "-"
         acc = f"{100 * r['best_val_acc']:.2f}%" if r["best_val_acc"] is not None else "-"
-        line = f"{r['state']:12s} {step:>11s} {acc:>12s}  {r['cell']}"
+        job = f" {r.get('slurm') or '-':>18s}" if with_slurm else ""
+        line = f"{r['state']:12s} {step:>11s} {acc:>12s}{job}  {r['cell']}"
         if r["state"] == "failed" and r["error"]:
             line += f"  ({r['error']})"
         lines.append(line)

@@ -47,6 +47,19 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9+._-]+", "_", text).strip("_")
 
 
+def _finish(
+    fig: plt.Figure,
+    axes: Sequence[plt.Axes],
+    out_dir: Path,
+    name: str,
+    formats: Sequence[str],
+    data: pd.DataFrame,
+) -> FigureResult:
+    """The tail of every figure: one legend for the figure, saved in each format, closed."""
+    _legend(fig, list(axes))
+    return FigureResult(name, _save(fig, out_dir, name, formats), data)
+
+
 def _save(fig: plt.Figure, out_dir: Path, name: str, formats: Sequence[str]) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -153,9 +166,7 @@ def length_curves(
         panels.append((row, pts))
         fig, ax = plt.subplots(figsize=(6.4, 4.0), layout="constrained")
         _draw_row(ax, c, row, pts, metric, policy)
-        _legend(fig, [ax])
-        name = f"length_{_slug(row)}"
-        results.append(FigureResult(name, _save(fig, out, name, formats), pts))
+        results.append(_finish(fig, [ax], out, f"length_{_slug(row)}", formats, pts))
     if len(panels) > 1:
         ncol = min(3, len(panels))
         nrow = -(-len(panels) // ncol)
@@ -166,9 +177,8 @@ def length_curves(
             _draw_row(ax, c, row, pts, metric, policy)
         for ax in list(axes.flat)[len(panels) :]:
             ax.set_visible(False)
-        _legend(fig, list(axes.flat))
         data = pd.concat([p for _, p in panels], ignore_index=True)
-        results.append(FigureResult("length_all", _save(fig, out, "length_all", formats), data))
+        results.append(_finish(fig, list(axes.flat), out, "length_all", formats, data))
     return results
 
 
@@ -239,9 +249,7 @@ def _curves(
         ax.set_ylabel(ylabel)
         ax.set_title(row)
         ax.grid(True, alpha=0.3)
-        _legend(fig, [ax])
-        name = f"{prefix}_{_slug(row)}"
-        results.append(FigureResult(name, _save(fig, out, name, formats), pts))
+        results.append(_finish(fig, [ax], out, f"{prefix}_{_slug(row)}", formats, pts))
     return results
 
 
@@ -315,11 +323,8 @@ def s5_panels(
             ax.set_ylim(-3, 103)
             ax.grid(True, alpha=0.3)
         axes[0].set_ylabel("test accuracy (%)")
-        _legend(fig, list(axes))
-        name = f"s5_panel_{_slug(row)}"
-        results.append(
-            FigureResult(name, _save(fig, out, name, formats), pd.concat(frames, ignore_index=True))
-        )
+        data = pd.concat(frames, ignore_index=True)
+        results.append(_finish(fig, axes, out, f"s5_panel_{_slug(row)}", formats, data))
     return results
 
 
@@ -452,9 +457,7 @@ def schedule_figures(
         ax.set_ylabel(f"test {metric} (%) at length {length}")
         ax.set_title(f"{row} ({policy})" if policy != "min_val_loss" else row)
         ax.grid(True, alpha=0.3)
-        _legend(fig, [ax])
-        name = f"schedule_{_slug(row)}"
-        results.append(FigureResult(name, _save(fig, out, name, formats), pts))
+        results.append(_finish(fig, [ax], out, f"schedule_{_slug(row)}", formats, pts))
     return results
 
 

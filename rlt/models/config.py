@@ -122,6 +122,9 @@ class DeltaNetConfig(_CommonConfig):
     neg_eigval: bool = True
     conv_size: int = 4  # short causal depthwise convolution on q, k, v
     chunk_size: int = 16  # positions per chunk of the chunked (UT) form used for training
+    # auto: flash-linear-attention's Triton kernel on CUDA when that optional package is
+    # installed (pip install -e ".[gpu]"), else the PyTorch forms; torch / fla force one.
+    kernel: str = "auto"
 
     def __post_init__(self) -> None:
         if self.d_ff is None:
@@ -133,6 +136,8 @@ class DeltaNetConfig(_CommonConfig):
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         if not isinstance(self.neg_eigval, bool):
             raise ValueError(f"neg_eigval must be true or false, got {self.neg_eigval!r}")
+        if self.kernel not in ("auto", "torch", "fla"):
+            raise ValueError(f"kernel must be auto, torch or fla, got {self.kernel!r}")
 
     @property
     def name(self) -> str:

@@ -90,6 +90,48 @@ def chunked_delta(
     return out[:, :, :t], state
 
 
+def use_fla(kernel: str, x: Tensor) -> bool:
+    """Whether to run flash-linear-attention's kernel: ``kernel=fla`` (an error without CUDA or
+    the package), or ``auto`` on a CUDA tensor with the package installed."""
+    if kernel == "torch" or (kernel == "auto" and not x.is_cuda):
+        return False
+    try:
+        import fla.ops.delta_rule  # noqa: F401
+    except ImportError as e:
+        if kernel == "fla":
+            raise ImportError(
+                "model.kernel=fla needs flash-linear-attention: pip install -e '.[gpu]' on a "
+                "CUDA machine (or model.kernel=torch)"
+            ) from e
+        return False
+    if not x.is_cuda:
+        raise ValueError(
+            "model.kernel=fla runs on CUDA only; use trainer=gpu or model.kernel=torch"
+        )
+    return True
+
+
+def fla_delta(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, state: Tensor
+) -> tuple[Tensor, Tensor]:
+    """The delta rule through flash-linear-attention's chunked Triton kernel; same arguments
+    and results as :func:`chunked_delta`. fla takes (N, T, H, D) tensors and scales q by
+    1/sqrt(Dk) unless told otherwise: our q is already L2-normalised and unscaled (scale 1).
+    beta up to 2 (the [-1, 1] eigenvalue range) is passed as is."""
+    from fla.ops.delta_rule import chunk_delta_rule
+
+    o, s = chunk_delta_rule(
+        q.transpose(1, 2),
+        k.transpose(1, 2),
+        v.transpose(1, 2),
+        beta.transpose(1, 2),
+        scale=1.0,
+        initial_state=state,
+        output_final_state=True,
+    )
+    return o.transpose(1, 2), s
+
+
 # --------------------------------------------------------------------------------------------
 # The layer, the block, the model
 # --------------------------------------------------------------------------------------------
@@ -158,7 +200,9 @@ class DeltaNetLayer(nn.Module):
 
     def forward(self, x: Tensor, state: DeltaNetLayerState) -> tuple[Tensor, DeltaNetLayerState]:
         q, k, v, beta, conv = self._mix_inputs(x, state.conv)
-        if x.shape[1] > 1 and self.config.chunk_size > 1:
+        if use_fla(self.config.kernel, x):
+            o, s = fla_delta(q, k, v, beta, state.s)
+        elif x.shape[1] > 1 and self.config.chunk_size > 1:
             o, s = chunked_delta(q, k, v, beta, state.s, self.config.chunk_size)
         else:
             o, s = recurrent_delta(q, k, v, beta, state.s)

@@ -15,6 +15,22 @@ outputs and every gradient against that plain autograd path.
 Layouts: per-position activations are time-major ``(T, N, ...)``, so a chunk is one
 contiguous slice; attention operands follow ``TimeMajor`` or ``HeadMajor`` (chosen by head
 dim for the window, always ``HeadMajor`` for the memory), see ``MATMUL_HEAD_DIM``.
+
+Legend of the short names (buffers the forward saves for the backward live on ``sv``):
+
+    T, N, d, h, dh, f   positions, batch, width, heads, head dim, FFN width
+    W, B                sliding-window size and feedback interval (spec.window, spec.interval)
+    wm1                 W - 1: cache slots before a chunk's first position
+    b_int               B, as the loop's chunk-boundary test ``b % b_int == 0``
+    sv.S                the state s* entering each chunk
+    sv.out              decoder outputs s_t
+    sv.XH / sv.INV      RMS-normalised inputs of the three sublayers (SWA, cross, FFN) and
+                        their 1/rms, for the norm backward
+    sv.QC, sv.QKV       cross-attention queries; SWA q (scaled), rotated k, v
+    sv.K, sv.V          the SWA key/value cache slots (W - 1 slots of history, then T)
+    sv.Z13              SwiGLU pre-activations [W1 h | W3 h] (W13 = W1 and W3 side by side)
+    xh_c, inv_c, z13_c  the same buffers split into per-chunk views
+    a, b                the chunk's first position and one past its last
 """
 
 from __future__ import annotations

@@ -18,13 +18,28 @@ from rlt.rundir import JOBS_DIR
 
 
 def register_resolvers() -> None:
-    """``rlt_sum`` (layer totals for the Transformer) and ``rlt_first`` (first non-null)."""
+    """``rlt_sum`` (layer totals for the Transformer), ``rlt_first`` (first non-null) and the
+    SLURM launcher's resources from the trainer (``rlt_slurm_gpus``, ``rlt_slurm_cpus``)."""
     if not OmegaConf.has_resolver("rlt_sum"):
         OmegaConf.register_new_resolver("rlt_sum", lambda *xs: sum(int(x) for x in xs))
     if not OmegaConf.has_resolver("rlt_first"):
         OmegaConf.register_new_resolver(
             "rlt_first", lambda *xs: next((x for x in xs if x not in (None, "None", "null")), None)
         )
+    if not OmegaConf.has_resolver("rlt_slurm_gpus"):
+        OmegaConf.register_new_resolver("rlt_slurm_gpus", slurm_gpus)
+    if not OmegaConf.has_resolver("rlt_slurm_cpus"):
+        OmegaConf.register_new_resolver("rlt_slurm_cpus", slurm_cpus)
+
+
+def slurm_gpus(accelerator: str, devices: Any) -> int:
+    """``hydra.launcher.gpus_per_node`` from the trainer: none for a CPU run."""
+    return 0 if str(accelerator) == "cpu" else int(devices)
+
+
+def slurm_cpus(threads: Any) -> int:
+    """``hydra.launcher.cpus_per_task`` from ``trainer.threads`` (auto: 4, the report's)."""
+    return 4 if threads in (None, "auto", "None", "null") else int(threads)
 
 
 register_resolvers()
@@ -116,6 +131,12 @@ class SweepSummary(Callback):
         jobs = sweep_dir / JOBS_DIR / launch
         jobs.mkdir(parents=True, exist_ok=True)
         write_grid(config, sweep_dir)
+        if "SlurmLauncher" in str(config.hydra.launcher.get("_target_", "")):
+            from rlt.training import slurm
+
+            if slurm.quiet_polling():
+                print("SLURM accounting (sacct) is off on this cluster: following jobs with squeue")
+            print(f"follow the sweep with: python -m rlt.sweep status {sweep_dir}", flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         jobs = _jobs_dir(Path(config.hydra.sweep.dir))
@@ -134,7 +155,13 @@ class SweepSummary(Callback):
             print("failed cells (see status.json in each run directory):")
             for r in failed:
                 print(f"  {r['cell']}: {r.get('error', '')}")
-            sys.stdout.flush()
+        if any(r["state"] == "interrupted" for r in reports):
+            print(
+                "interrupted cells were stopped from outside (SIGTERM, scancel, Ctrl-C); "
+                "launching the same command again resumes them from their last.ckpt"
+            )
+        sys.stdout.flush()
+        if failed or any(r["state"] == "interrupted" for r in reports):
             sys.exit(1)
 
 

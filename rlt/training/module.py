@@ -8,6 +8,8 @@ Gradient accumulation averages micro-batches, so a step's gradient is that of th
 from __future__ import annotations
 
 import math
+import os
+import signal
 from typing import Any
 
 import lightning as L
@@ -83,11 +85,18 @@ class SequenceModule(L.LightningModule):
         return loss
 
     def _maybe_inject_failure(self, loss: torch.Tensor) -> torch.Tensor:
-        """Testing switch (callbacks.inject_failure): fail on purpose at a given step."""
+        """Testing switch (callbacks.inject_failure): fail on purpose at a given step (kind
+        error, nan, or sigterm: the process sends itself SIGTERM once)."""
         if not self.failure or self.global_step < int(self.failure["step"]):
             return loss
-        if str(self.failure["kind"]).lower() == "nan":  # YAML reads a bare nan as a float
+        kind = str(self.failure["kind"]).lower()
+        if kind == "nan":  # YAML reads a bare nan as a float
             return loss * float("nan")
+        if kind == "sigterm":  # stopped from outside, as SLURM or kill would
+            if not self.failure.get("sent"):
+                self.failure["sent"] = True
+                os.kill(os.getpid(), signal.SIGTERM)
+            return loss
         raise RuntimeError(
             f"injected failure at step {self.global_step} (callbacks.inject_failure)"
         )

@@ -27,7 +27,7 @@ import rlt
 from rlt import rundir
 from rlt.models import DeltaNetConfig, LSTMConfig, RLTConfig, TransformerConfig
 from rlt.tasks import get_task
-from rlt.training import hydra_support, identity
+from rlt.training import hydra_support, identity, slurm
 from rlt.training.callbacks import (
     POLICIES,
     FeedbackDiagnostics,
@@ -353,7 +353,8 @@ def _spread(values: list[int], k: int) -> list[int]:
 # --------------------------------------------------------------------------------------------
 def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
     """Train, select, evaluate and record one run. Returns ``{"state", "run_dir", ...}`` where
-    state is one of done / skipped / resumed / failed / busy."""
+    state is one of done / skipped / resumed / failed / interrupted / busy (a run SLURM
+    requeued leaves with SystemExit, see :func:`_stopped`)."""
     spec = prepare(cfg)
     run_dir = spec.run_dir
     cell = spec.identity["cell"]
@@ -396,9 +397,14 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
         if resuming:
             _check_checkpoint(last)
         rundir.atomic_write_text(run_dir / rundir.CONFIG, OmegaConf.to_yaml(cfg, resolve=True))
+        if (job := slurm.job_info()) is not None:
+            rundir.write_status(run_dir, "running", slurm=job)
         try:
             result = _train_and_evaluate(spec, last if resuming else None)
         except BaseException as e:
+            stop = _stop_reason(e)
+            if stop is not None:
+                return _stopped(spec, stop, e, raise_on_failure)
             rundir.write_status(
                 run_dir,
                 "failed",
@@ -414,6 +420,44 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
     state = "resumed" if resuming else "done"
     _say(f"[{state}] {cell}: results in {results_path}")
     return {"state": state, "run_dir": str(run_dir), "results": result}
+
+
+def _stop_reason(e: BaseException) -> str | None:
+    """``requeued`` or ``interrupted`` when the run was stopped from outside rather than
+    failing: SIGTERM (Lightning raises SIGTERMException at the next step: SLURM preemption,
+    requeue, time limit, scancel, kill), submitit's exit after it requeued a timed-out job
+    (SystemExit), Ctrl-C. ``requeued`` when SLURM requeued the job (it comes back and resumes
+    from last.ckpt)."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    if not isinstance(e, (SIGTERMException, SystemExit, KeyboardInterrupt)):
+        return None
+    return "requeued" if slurm.was_requeued() else "interrupted"
+
+
+def _stopped(spec: RunSpec, state: str, e: BaseException, raise_on_failure: bool) -> dict[str, Any]:
+    """Record a run stopped from outside (see :func:`_stop_reason`); its last.ckpt stays, so
+    the requeued job, or a relaunch of the same command, resumes it."""
+    cell = spec.identity["cell"]
+    status = rundir.write_status(spec.run_dir, state, stopped_by=type(e).__name__)
+    step = status.get("step")
+    at = f" at step {step}" if step is not None else ""
+    if state == "requeued":
+        _say(
+            f"[requeued] {cell}: stopped{at}; SLURM requeued the job, which resumes from "
+            f"{rundir.CKPT_DIR}/{rundir.LAST_CKPT}"
+        )
+        # Leave without a result: submitit then writes none, and the launcher waits for the
+        # job's next run instead of taking this one as its outcome.
+        if isinstance(e, SystemExit):
+            raise e
+        raise SystemExit(143) from e
+    _say(f"[interrupted] {cell}: stopped{at} ({type(e).__name__}); the same command resumes it")
+    # A grid job stopped by SIGTERM reports to the sweep summary; Ctrl-C and any other exit
+    # (SIGTERMException is a SystemExit too) end the process.
+    if raise_on_failure or type(e).__name__ != "SIGTERMException":
+        raise e
+    return {"state": "interrupted", "run_dir": str(spec.run_dir), "error": type(e).__name__}
 
 
 @contextlib.contextmanager
@@ -487,8 +531,18 @@ def _resolve_threads(cfg: DictConfig) -> int:
 
             launcher = HydraConfig.get().launcher
             n_jobs = int(launcher.get("n_jobs", 1) or 1)
-        threads = max(1, (os.cpu_count() or 1) // max(1, n_jobs))
+        threads = max(1, _cores() // max(1, n_jobs))
     return int(threads)
+
+
+def _cores() -> int:
+    """The cores this process may use: SLURM's allocation inside a job (not the node's), else
+    the CPU affinity mask."""
+    with contextlib.suppress(KeyError, ValueError):
+        return max(1, int(os.environ["SLURM_CPUS_PER_TASK"]))
+    with contextlib.suppress(AttributeError):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _devices(cfg: DictConfig):

@@ -8,7 +8,13 @@ import pytest
 import torch
 
 from rlt.models import DeltaNetConfig, TransformerConfig, build_model, count_parameters
-from rlt.models.deltanet import DeltaNetLayer, chunked_delta, recurrent_delta
+from rlt.models.deltanet import (
+    DeltaNetLayer,
+    chunked_delta,
+    fla_delta,
+    recurrent_delta,
+    use_fla,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -194,3 +200,40 @@ def test_zero_one_range_cannot_reflect():
             assert eig.min() < -0.5  # the extended range does reach negative eigenvalues
         else:
             assert eig.min() >= 0.0 - 1e-6
+
+
+def _fla_available() -> bool:
+    try:
+        import fla.ops.delta_rule  # noqa: F401
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _fla_available(), reason="needs CUDA and flash-linear-attention")
+@pytest.mark.parametrize("neg", [True, False])
+def test_fla_kernel_equals_the_pytorch_recurrence_on_cuda(neg):
+    """The optional GPU path: flash-linear-attention's kernel against our recurrence, outputs,
+    final state and gradients (float32 on CUDA; the kernel has no float64)."""
+    inputs = [x.float().cuda().requires_grad_() for x in random_inputs(t=70, dk=16, dv=16, neg=neg)]
+    results = []
+    for fn in (fla_delta, recurrent_delta):
+        o, s = fn(*inputs)
+        (o.sin().sum() + s.cos().sum()).backward()
+        results.append((o.detach(), s.detach(), [x.grad.clone() for x in inputs]))
+        for x in inputs:
+            x.grad = None
+    (o1, s1, g1), (o2, s2, g2) = results
+    assert torch.allclose(o1, o2, atol=2e-3) and torch.allclose(s1, s2, atol=2e-3)
+    for a, b in zip(g1, g2):
+        assert torch.allclose(a, b, atol=5e-3)
+
+
+def test_kernel_choice_off_cuda():
+    """kernel=auto on CPU is the PyTorch path; kernel=fla on CPU is a clear error."""
+    x = torch.zeros(1, 3, 24, dtype=torch.float64)
+    assert not use_fla("auto", x) and not use_fla("torch", x)
+    with pytest.raises((ImportError, ValueError), match="model.kernel"):
+        use_fla("fla", x)
+    with pytest.raises(ValueError, match="kernel must be"):
+        DeltaNetConfig(d_model=24, n_heads=3, n_layers=1, kernel="triton")

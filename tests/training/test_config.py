@@ -90,3 +90,22 @@ def test_conf_groups_have_no_stray_files():
     for group in GROUPS:
         for path in (CONF / group).iterdir():
             assert path.suffix == ".yaml", f"unexpected file {path}"
+
+
+@pytest.mark.parametrize(
+    "overrides, gpus, cpus",
+    [
+        ([], 0, 4),  # trainer=cpu (the default), threads auto -> the report's 4
+        (["trainer.threads=1"], 0, 1),
+        (["trainer=gpu"], 1, 4),
+        (["trainer=gpu", "trainer.devices=2", "trainer.threads=8"], 2, 8),
+        (["sweep=laptop"], 0, 1),
+    ],
+)
+def test_slurm_launcher_resources_follow_the_trainer(overrides, gpus, cpus):
+    cfg = compose_cfg(["hydra/launcher=slurm", *overrides], hydra=True)
+    launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+    assert (launcher["gpus_per_node"], launcher["cpus_per_task"]) == (gpus, cpus)
+    # Set by hand, the launcher's keys still win.
+    cfg = compose_cfg(["hydra/launcher=slurm", "hydra.launcher.gpus_per_node=3"], hydra=True)
+    assert cfg.hydra.launcher.gpus_per_node == 3

@@ -168,3 +168,27 @@ def test_wandb_offline_run_leaves_config_and_metrics(tmp_path, monkeypatch):
     results = load_results(cfg.out_dir)
     longest = max(results["test_lengths"])
     assert f"test/acc@{longest}".encode() in log
+
+
+def test_sigterm_stops_a_run_as_interrupted_not_failed_and_it_resumes(tmp_path):
+    """SIGTERM (kill, scancel, a preempting scheduler) is not a failure: the run is recorded as
+    interrupted, keeps its last.ckpt, and the same command resumes it to the results of a run
+    nobody stopped. Off SLURM, nothing can have requeued it."""
+    common = ["task=parity", "model=rlt1", "split=1+1", "scale.max_steps=6", "scale.val_every=2"]
+    straight = load_results(run(compose_cfg(tiny(tmp_path / "a", *common)))["run_dir"])
+
+    stop = compose_cfg(
+        tiny(tmp_path / "b", *common, "callbacks.inject_failure={kind: sigterm, step: 3}")
+    )
+    out = run(stop, raise_on_failure=False)
+    run_dir = Path(stop.out_dir)
+    status = json.loads((run_dir / rundir.STATUS).read_text())
+    assert out["state"] == "interrupted" and status["state"] == "interrupted"
+    assert status["error"] is None and status["stopped_by"] == "SIGTERMException"
+    assert not (run_dir / rundir.LOCK).exists()
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 2
+
+    assert run(compose_cfg(tiny(tmp_path / "b", *common)))["state"] == "resumed"
+    resumed = load_results(run_dir)
+    assert resumed["val_curve"] == straight["val_curve"]
+    assert resumed["test_by_policy"] == straight["test_by_policy"]
