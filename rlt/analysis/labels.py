@@ -31,6 +31,8 @@ LENGTH_UNITS = {
     "s5_swaps": "operations",
 }
 
+# The one order of model variants in every table and legend (columns, rows, the feedback and
+# schedule views): the report's models first, then the baselines beyond it.
 _VARIANT_RANK = {
     "RLT-1": 0,
     "RLT-2": 1,
@@ -73,14 +75,20 @@ class ModelKey:
         return f"{name} {self.split}" if self.split else name
 
     @property
+    def rank(self) -> int:
+        """The variant's place in the one order of model variants (unknown variants last)."""
+        return _VARIANT_RANK.get(self.variant, len(_VARIANT_RANK))
+
+    @property
     def sort_key(self) -> tuple:
-        rank = _VARIANT_RANK.get(self.variant, 9)
+        rank = self.rank
         b = -1 if self.schedule else (self.feedback_interval or 0)
         return (rank, b, self.n_layers or 0, self.n_enc or 0, self.label)
 
 
-def parse_split(split: str | None) -> tuple[int | None, int | None]:
-    """(n_enc, n_dec) from a literal split string such as "4+4"; (None, None) otherwise."""
+def split_depths_or_none(split: str | None) -> tuple[int | None, int | None]:
+    """(n_enc, n_dec) from a literal split string such as "4+4"; (None, None) for anything else
+    (no split, a depth-only model). The strict parser is rlt.models.parse_split."""
     m = _SPLIT.match(str(split)) if split is not None else None
     return (int(m.group(1)), int(m.group(2))) if m else (None, None)
 
@@ -109,7 +117,7 @@ def model_key(
     if layers_tag:
         n_layers = n_layers or int(layers_tag.group(1))
         split = None
-    pe, pd_ = parse_split(split)
+    pe, pd_ = split_depths_or_none(split)
     n_enc = n_enc if n_enc is not None else pe
     n_dec = n_dec if n_dec is not None else pd_
     if n_layers is None and n_enc is not None and n_dec is not None:

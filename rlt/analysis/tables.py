@@ -16,7 +16,7 @@ import pandas as pd
 
 from rlt.analysis import render
 from rlt.analysis.collect import Collection
-from rlt.analysis.labels import DEPTH_VARIANTS, parse_split
+from rlt.analysis.labels import DEPTH_VARIANTS, split_depths_or_none
 from rlt.rundir import POLICIES
 
 # Lengths of the report's feedback-interval table (SPEC section 4); other tasks use their
@@ -371,18 +371,17 @@ def _or_dash(x: object) -> str:
 
 
 def feedback_columns(c: Collection, split: str) -> list[str]:
-    """RLT-1, RLT-0, RLT-2 (every B) at `split`, and the Transformer of the same depth."""
-    n_enc, n_dec = parse_split(split)
+    """RLT-1, RLT-2 (every B), RLT-0 at `split`, and the depth-only baselines of the same depth,
+    in the one variant order of labels.py."""
+    n_enc, n_dec = split_depths_or_none(split)
     total = (n_enc or 0) + (n_dec or 0)
-    order = {"RLT-1": 0, "RLT-0": 1, "RLT-2": 2, "Transformer": 3, "LSTM": 4}
-    order.update({v: 5 + i for i, v in enumerate(DEPTH_VARIANTS[2:])})
     cols = [
         lab
         for lab, k in c.models.items()
         if (k.variant in ("RLT-1", "RLT-2", "RLT-0") and k.split == split)
         or (k.variant in DEPTH_VARIANTS and k.n_layers == total)
     ]
-    return sorted(cols, key=lambda lab: (order[c.models[lab].variant], c.models[lab].sort_key))
+    return sorted(cols, key=lambda lab: c.models[lab].sort_key)
 
 
 def feedback_table(
@@ -606,7 +605,6 @@ def _ratio(v: float) -> str:
 
 # Quantities of the schedule view, in column order: (key, column suffix, unit).
 SCHEDULE_QUANTITIES = ("acc", "val_acc", "train_min", "sec_per_step")
-_ORDER_SCHEDULE = {"RLT-1": 0, "RLT-2": 1, "RLT-0": 3, "Transformer": 4}
 
 
 def feedback_split(c: Collection, split: str | None) -> str | None:
@@ -643,7 +641,7 @@ def schedule_labels(c: Collection, split: str | None = None) -> list[str]:
             splits = [fallback] if fallback else []
     depths = set()
     for s in splits:
-        n_enc, n_dec = parse_split(s)
+        n_enc, n_dec = split_depths_or_none(s)
         if n_enc is not None:
             depths.add(n_enc + n_dec)
     labels = [
@@ -655,9 +653,9 @@ def schedule_labels(c: Collection, split: str | None = None) -> list[str]:
 
     def key(lab: str) -> tuple:
         k = c.models[lab]
-        rank = 2 if k.schedule else _ORDER_SCHEDULE.get(k.variant, 5)
         where = splits.index(k.split) if k.split in splits else len(splits)
-        return (where, rank, k.schedule or (), k.feedback_interval or 0, lab)
+        # Fixed-B RLT-2 before the schedules, within the one variant order.
+        return (where, k.rank, bool(k.schedule), k.schedule or (), k.feedback_interval or 0, lab)
 
     return sorted(labels, key=key)
 

@@ -263,3 +263,23 @@ def check_choice(value: Any, option: str, choices: Sequence[str]) -> str:
             f"option {option!r} must be one of {', '.join(map(repr, choices))}, got {value!r}"
         )
     return str(value)
+
+
+SUPERVISIONS = ("final", "prefix")
+
+
+class FinalOrPrefixSupervision(Task):
+    """The ``supervision`` option of parity and the mod-5 tasks: ``final`` labels only the
+    answer (the report's protocol, metric ``acc``), ``prefix`` also labels every prefix with its
+    running answer (adds ``token_acc`` and ``seq_acc``)."""
+
+    def __init__(self, *, supervision: str = "final", **options: Any) -> None:
+        self.supervision = check_choice(supervision, "supervision", SUPERVISIONS)
+        super().__init__(**options)
+
+    def task_options(self) -> dict[str, Any]:
+        return {"supervision": self.supervision}
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return ("acc",) if self.supervision == "final" else ("acc", "token_acc", "seq_acc")

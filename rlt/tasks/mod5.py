@@ -46,9 +46,8 @@ from typing import Any
 import numpy as np
 
 from rlt.tasks import vocab
-from rlt.tasks.base import IGNORE, Rendered, Task, check_choice, register
+from rlt.tasks.base import IGNORE, FinalOrPrefixSupervision, Rendered, register
 
-SUPERVISIONS = ("final", "prefix")
 _OPS = (vocab.PLUS, vocab.MINUS, vocab.TIMES)
 _D0 = vocab.DIGIT_IDS[0]
 
@@ -61,21 +60,10 @@ def _combine(op: int, left: int, right: int) -> int:
     return (left * right) % 5
 
 
-class _Mod5Task(Task):
+class _Mod5Task(FinalOrPrefixSupervision):
     """Shared by both mod-5 tasks: the supervision option and the rendering of labels."""
 
     chance = 0.2
-
-    def __init__(self, *, supervision: str = "final", **options: Any) -> None:
-        self.supervision = check_choice(supervision, "supervision", SUPERVISIONS)
-        super().__init__(**options)
-
-    def task_options(self) -> dict[str, Any]:
-        return {"supervision": self.supervision}
-
-    @property
-    def metrics(self) -> tuple[str, ...]:
-        return ("acc",) if self.supervision == "final" else ("acc", "token_acc", "seq_acc")
 
     def prefix_values(self, expr: list[int]) -> list[int | None]:
         """Per position of the expression: the label value under ``prefix`` (None = none)."""

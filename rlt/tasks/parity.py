@@ -30,28 +30,15 @@ from typing import Any
 import numpy as np
 
 from rlt.tasks import vocab
-from rlt.tasks.base import IGNORE, Rendered, Task, check_choice, register
-
-SUPERVISIONS = ("final", "prefix")
+from rlt.tasks.base import IGNORE, FinalOrPrefixSupervision, Rendered, register
 
 
 @register
-class ParityTask(Task):
+class ParityTask(FinalOrPrefixSupervision):
     name = "parity"
     default_train_lengths = (3, 40)
     default_test_lengths = (20, 40, 48, 64, 96, 128, 192, 256)
     chance = 0.5
-
-    def __init__(self, *, supervision: str = "final", **options: Any) -> None:
-        self.supervision = check_choice(supervision, "supervision", SUPERVISIONS)
-        super().__init__(**options)
-
-    def task_options(self) -> dict[str, Any]:
-        return {"supervision": self.supervision}
-
-    @property
-    def metrics(self) -> tuple[str, ...]:
-        return ("acc",) if self.supervision == "final" else ("acc", "token_acc", "seq_acc")
 
     def sample(self, rng: np.random.Generator, length: int) -> np.ndarray:
         return rng.integers(0, 2, size=length, dtype=np.int64)

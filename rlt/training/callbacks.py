@@ -71,7 +71,7 @@ def load_weights(path: Path) -> dict[str, Any]:
         ) from e
 
 
-class RunRecorder(L.Callback):
+class ValidationAndCheckpoints(L.Callback):
     """Validates every ``val_every`` steps and at the end, keeps the checkpoint of every policy,
     ``last.ckpt`` for resume, the curves, step timings and ``status.json``."""
 
@@ -324,7 +324,7 @@ class PlainProgress(L.Callback):
     For logs (SLURM, nohup, ``> log``) where a live bar shows nothing; lines also go to
     ``train.log`` in the run directory."""
 
-    def __init__(self, cell: str, recorder: RunRecorder, log_path: Path, every_steps: int,
+    def __init__(self, cell: str, recorder: ValidationAndCheckpoints, log_path: Path, every_steps: int,
                  every_seconds: float, stream=None):  # fmt: skip
         self.cell = cell
         self.recorder = recorder

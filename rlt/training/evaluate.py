@@ -35,7 +35,7 @@ def evaluate_loader(
 
 
 @torch.no_grad()
-def greedy_exact(model: nn.Module, loader: Iterable[dict[str, torch.Tensor]]) -> float:
+def greedy_exact_rate(model: nn.Module, loader: Iterable[dict[str, torch.Tensor]]) -> float:
     """Addition: share of examples whose greedy continuation of the prompt is exactly the
     answer and EOS (streaming path: prefill + step)."""
     was_training = model.training
@@ -64,7 +64,7 @@ def evaluate_lengths(
     for length, loader in loaders.items():
         metrics = evaluate_loader(model, loader, acc_mode)
         if with_exact:
-            metrics["exact"] = greedy_exact(model, loader)
+            metrics["exact"] = greedy_exact_rate(model, loader)
         for name, value in metrics.items():
             rows.append({"length": int(length), "metric": name, "value": value})
         if progress is not None:

@@ -33,7 +33,7 @@ from rlt.training.callbacks import (
     FeedbackDiagnostics,
     FeedbackScheduleCallback,
     PlainProgress,
-    RunRecorder,
+    ValidationAndCheckpoints,
     load_weights,
     step_progress_bar,
 )
@@ -285,7 +285,7 @@ _TRAINER_OWN = {
     "accumulate_grad_batches": "scale.global_batch / scale.micro_batch",
     "gradient_clip_val": "optim.grad_clip",
     "gradient_clip_algorithm": "optim.grad_clip",
-    "limit_val_batches": "scale.val_every (validation runs in RunRecorder)",
+    "limit_val_batches": "scale.val_every (validation runs in ValidationAndCheckpoints)",
     "num_sanity_val_steps": "scale.val_every",
     "check_val_every_n_epoch": "scale.val_every",
     "enable_checkpointing": "callbacks.policies",
@@ -612,7 +612,7 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
     )
     n_params = module.model.num_parameters()
 
-    recorder = RunRecorder(
+    recorder = ValidationAndCheckpoints(
         run_dir=run_dir,
         val_loader_fn=dm.val_dataloader,
         evaluate_fn=lambda m, loader: evaluate_loader(m.model, loader, spec.task.acc_mode),
@@ -714,7 +714,9 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
     return results
 
 
-def _evaluate_policies(spec, module, dm, recorder: RunRecorder, n_params: int) -> dict[str, Any]:
+def _evaluate_policies(
+    spec, module, dm, recorder: ValidationAndCheckpoints, n_params: int
+) -> dict[str, Any]:
     cfg = spec.cfg
     model = module.model
     policies = [p for p in cfg.callbacks.policies if p in POLICIES] or ["min_val_loss"]
