@@ -8,6 +8,7 @@ block serves the parallel training path, chunked RLT-2 and one-token streaming a
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -169,8 +170,30 @@ class EncoderBlock(nn.Module):
         return x, cache
 
 
+class BlockWeights(NamedTuple):
+    """One decoder block's weights as the fused recurrence takes them (rlt/models/recurrence.py),
+    in (out, in) layout: norm weights, then projections."""
+
+    attn_norm: Tensor  # (d,)
+    qkv: Tensor  # (3d, d)
+    attn_out: Tensor  # (d, d)
+    cross_norm: Tensor  # (d,)
+    cross_q: Tensor  # (d, d)
+    cross_out: Tensor  # (d, d)
+    ffn_norm: Tensor  # (d,)
+    w13: Tensor  # (2f, d): W1 and W3 of SwiGLU stacked
+    w2: Tensor  # (d, f)
+
+
 class DecoderBlock(nn.Module):
-    """RLT decoder block: SWA over its own window cache, memory cross-attention, FFN."""
+    """RLT decoder block: SWA over its own window cache, memory cross-attention, FFN.
+
+    Mirrored by hand: RLT-1/RLT-2 train through the fused recurrence in
+    rlt/models/recurrence.py (its own forward and hand-written backward of this block, fed by
+    :meth:`fused_weights`). A change here (a new sublayer, norm, bias or activation) must be
+    made there too; tests/models/test_model_fused.py holds the two equal (outputs and every
+    gradient) and fails when they diverge.
+    """
 
     def __init__(self, config: _CommonConfig) -> None:
         super().__init__()
@@ -181,6 +204,20 @@ class DecoderBlock(nn.Module):
         self.cross = CrossAttention(d, config.n_heads)
         self.ffn_norm = nn.RMSNorm(d, eps=config.norm_eps)
         self.ffn = SwiGLU(d, config.d_ff)
+
+    def fused_weights(self) -> BlockWeights:
+        """This block's weights for the fused recurrence (see the class docstring)."""
+        return BlockWeights(
+            attn_norm=self.attn_norm.weight,
+            qkv=self.attn.qkv.weight,
+            attn_out=self.attn.out.weight,
+            cross_norm=self.cross_norm.weight,
+            cross_q=self.cross.q.weight,
+            cross_out=self.cross.out.weight,
+            ffn_norm=self.ffn_norm.weight,
+            w13=self.ffn.w13.weight,
+            w2=self.ffn.w2.weight,
+        )
 
     def forward(
         self,

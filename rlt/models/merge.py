@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor, nn
+
+
+class MergeWeights(NamedTuple):
+    """The merge's weights the fused recurrence takes per chunk (the state-dependent half)."""
+
+    state_norm: Tensor  # (d,)
+    state_proj: Tensor  # (2d, d): [r half of W_g ; W_s]
 
 
 class GatedMerge(nn.Module):
@@ -13,6 +22,10 @@ class GatedMerge(nn.Module):
     ``gate_input`` runs once for all positions in parallel; the state half is fused with W_s
     into one (2d x d) projection, the only matmul per merge. Parameters: s*, the state norm,
     W_g (d x 2d), b_g, W_s (d x d) = 3d^2 + 3d, exactly what RLT-0 lacks.
+
+    Mirrored by hand in the fused recurrence (rlt/models/recurrence.py, fed by
+    :meth:`fused_weights`, :meth:`gate_input` and :meth:`initial_state`): a change to the merge
+    must be made there too; tests/models/test_model_fused.py holds the two equal.
     """
 
     def __init__(self, d_model: int, alpha: float, eps: float) -> None:
@@ -25,6 +38,9 @@ class GatedMerge(nn.Module):
 
     def reset_parameters(self, std: float) -> None:
         nn.init.normal_(self.s_star, std=std)
+
+    def fused_weights(self) -> MergeWeights:
+        return MergeWeights(state_norm=self.state_norm.weight, state_proj=self.state_proj.weight)
 
     def initial_state(self, batch_size: int) -> Tensor:
         return self.s_star.expand(batch_size, -1)  # (N, d)

@@ -42,9 +42,10 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from rlt.models.blocks import causal_mask, complex_dtype, window_mask
+from rlt.models.blocks import BlockWeights, causal_mask, complex_dtype, window_mask
+from rlt.models.merge import MergeWeights
 
-LAYER_WEIGHTS = 9  # attn_norm, qkv, attn_out, cross_norm, cross_q, cross_out, ffn_norm, w13, w2
+LAYER_WEIGHTS = len(BlockWeights._fields)  # tensors per decoder block (DecoderBlock.fused_weights)
 
 
 @dataclass(frozen=True)
@@ -268,9 +269,16 @@ def _forward(
     projections = [
         tuple(
             w.T.contiguous()
-            for w in (w_qkv * w_an, w_o, w_q * (w_cn * dh**-0.5), w_co, w_13 * w_fn, w_2)
+            for w in (
+                lw.qkv * lw.attn_norm,
+                lw.attn_out,
+                lw.cross_q * (lw.cross_norm * dh**-0.5),
+                lw.cross_out,
+                lw.w13 * lw.ffn_norm,
+                lw.w2,
+            )
         )
-        for (w_an, w_qkv, w_o, w_cn, w_q, w_co, w_fn, w_13, w_2) in layers
+        for lw in layers
     ]
     w_sp_folded = (w_sp * w_sn).T.contiguous()
 
@@ -418,7 +426,9 @@ def _backward(
         window, own, prefix = slice(a, b + wm1), slice(a + wm1, b + wm1), slice(0, b)
         lo = max(a, cut + wm1)  # slots before the latest TBPTT cut are detached
         for li in range(n_layers - 1, -1, -1):
-            w_an, w_qkv, w_o, w_cn, _, w_co, w_fn, w_13, w_2 = layers[li]
+            lw = layers[li]
+            w_an, w_cn, w_fn = lw.attn_norm, lw.cross_norm, lw.ffn_norm
+            w_qkv, w_o, w_co, w_13, w_2 = lw.qkv, lw.attn_out, lw.cross_out, lw.w13, lw.w2
             xh, inv = [t[ci] for t in xh_c[li]], [t[ci] for t in inv_c[li]]
             g_out, g_2, g_1 = gx_c[li + 1][ci], gx2_c[li][ci], gx1_c[li][ci]  # (c, N, d)
             # -- SwiGLU
@@ -470,34 +480,37 @@ def _backward(
     layer_grads = []
     g_mem_k = None if mem_k is None else torch.zeros_like(mem_k)
     g_mem_v = None if mem_v is None else torch.zeros_like(mem_v)
-    for li, (w_an, _, _, w_cn, _, _, w_fn, _, _) in enumerate(layers):
-        normed = [(sv.XH[li, i] * w).view(flat) for i, w in enumerate((w_an, w_cn, w_fn))]
+    for li, lw in enumerate(layers):
+        norms = (lw.attn_norm, lw.cross_norm, lw.ffn_norm)
+        normed = [(sv.XH[li, i] * w).view(flat) for i, w in enumerate(norms)]
         m = F.silu(sv.Z13[li, ..., :f]) * sv.Z13[li, ..., f:]  # (T, N, f)
         g_norm = (sv.XH[li] * gh[li]).sum(dim=(1, 2))  # (3, d)
-        layer_grads += [
-            g_norm[0],
-            gqkv[li].view(flat).T @ normed[0],
-            gx1[li].view(flat).T @ sv.A1[li].view(flat),
-            g_norm[1],
-            (gqc[li].view(flat).T @ normed[1]) * scale,
-            gx2[li].view(flat).T @ sv.A2[li].view(flat),
-            g_norm[2],
-            g13[li].view(flat).T @ normed[2],
-            gx[li + 1].view(flat).T @ m.view(flat),
-        ]
+        layer_grads += BlockWeights(
+            attn_norm=g_norm[0],
+            qkv=gqkv[li].view(flat).T @ normed[0],
+            attn_out=gx1[li].view(flat).T @ sv.A1[li].view(flat),
+            cross_norm=g_norm[1],
+            cross_q=(gqc[li].view(flat).T @ normed[1]) * scale,
+            cross_out=gx2[li].view(flat).T @ sv.A2[li].view(flat),
+            ffn_norm=g_norm[2],
+            w13=g13[li].view(flat).T @ normed[2],
+            w2=gx[li + 1].view(flat).T @ m.view(flat),
+        )
         g_mem_v += mops.memory_grad(sv.P2[li], ga2[li].view(t_len, n, h, dh))
         g_mem_k += mops.memory_grad(ds2[li], sv.QC[li].view(t_len, n, h, dh))
     return [gx[0], gge, g_mem_k, g_mem_v, ds0, g_w_sn, g_w_sp, *layer_grads]
+
+
+def _blocks(flat: tuple[Tensor, ...]) -> list[BlockWeights]:
+    """The per-block weights from the flat tuple autograd.Function needs (fields in order)."""
+    return [BlockWeights(*flat[i : i + LAYER_WEIGHTS]) for i in range(0, len(flat), LAYER_WEIGHTS)]
 
 
 class _FusedRecurrence(torch.autograd.Function):
     @staticmethod
     def forward(ctx, spec, freqs, e, ge, mem_k, mem_v, s0, w_sn, w_sp, *layer_weights):
         t_len, _, d = e.shape
-        layers = [
-            layer_weights[i : i + LAYER_WEIGHTS]
-            for i in range(0, len(layer_weights), LAYER_WEIGHTS)
-        ]
+        layers = _blocks(layer_weights)
         tables = rope_tables(freqs, t_len, d // spec.n_heads, e)
         ops = layout_for(d // spec.n_heads)
         sv = _forward(spec, ops, HeadMajor, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers)
@@ -510,7 +523,7 @@ class _FusedRecurrence(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out):
         e, ge, mem_k, mem_v, s0, w_sn, w_sp, *flat = ctx.saved_tensors
-        layers = [flat[i : i + LAYER_WEIGHTS] for i in range(0, len(flat), LAYER_WEIGHTS)]
+        layers = _blocks(flat)
         grads = _backward(
             ctx.spec,
             ctx.ops,
@@ -530,13 +543,13 @@ def fused_decode(
     ge: Tensor,
     memory: tuple[Tensor, Tensor] | None,
     s0: Tensor,
-    merge_weights: tuple[Tensor, Tensor],
-    layer_weights: list[Tensor],
+    merge_weights: MergeWeights,
+    layer_weights: list[BlockWeights],
 ) -> Tensor:
     """Decoder outputs (N, T, d) from e, ge (N, T, d), memory K/V (N, H, T, Dh) and s0 (N, d).
 
-    ``layer_weights`` lists, per decoder block, the LAYER_WEIGHTS tensors in the order of
-    ``RecurrentLoopedTransformer.fused_weights``. Under autocast everything runs in the
+    ``merge_weights`` is ``GatedMerge.fused_weights()``, ``layer_weights`` one
+    ``DecoderBlock.fused_weights()`` per decoder block. Under autocast everything runs in the
     autocast dtype (weights cast once, outside the loop).
     """
     device = e.device.type
@@ -551,8 +564,8 @@ def fused_decode(
                 cast(ge),
                 None if memory is None else (cast(memory[0]), cast(memory[1])),
                 cast(s0),
-                tuple(cast(w) for w in merge_weights),
-                [cast(w) for w in layer_weights],
+                MergeWeights(*(cast(w) for w in merge_weights)),
+                [BlockWeights(*(cast(w) for w in block)) for block in layer_weights],
             )
     mem_k, mem_v = (None, None) if memory is None else memory
     out = _FusedRecurrence.apply(
@@ -564,6 +577,6 @@ def fused_decode(
         mem_v,
         s0.contiguous(),
         *merge_weights,
-        *layer_weights,
+        *(w for block in layer_weights for w in block),
     )
     return out

@@ -120,21 +120,6 @@ class RecurrentLoopedTransformer(SequenceModel):
             eps=c.norm_eps,
             tbptt=c.tbptt,
         )
-        weights = [
-            w
-            for block in self.decoder
-            for w in (
-                block.attn_norm.weight,
-                block.attn.qkv.weight,
-                block.attn.out.weight,
-                block.cross_norm.weight,
-                block.cross.q.weight,
-                block.cross.out.weight,
-                block.ffn_norm.weight,
-                block.ffn.w13.weight,
-                block.ffn.w2.weight,
-            )
-        ]
         n, t, _ = e.shape
         return fused_decode(
             spec,
@@ -143,8 +128,8 @@ class RecurrentLoopedTransformer(SequenceModel):
             self.merge.gate_input(e),
             memory,
             self.merge.initial_state(n),
-            (self.merge.state_norm.weight, self.merge.state_proj.weight),
-            weights,
+            self.merge.fused_weights(),
+            [block.fused_weights() for block in self.decoder],
         )
 
     def encode(self, tokens: Tensor) -> Tensor:
