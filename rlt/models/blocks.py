@@ -8,11 +8,13 @@ block serves the parallel training path, chunked RLT-2 and one-token streaming a
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from rlt.models.config import _CommonConfig
 from rlt.models.state import KVCache, WindowKV
@@ -168,6 +170,28 @@ class EncoderBlock(nn.Module):
         x = x + self.attn.out(merge_heads(a))
         x = x + self.ffn(self.ffn_norm(x))
         return x, cache
+
+
+def encoder_stack(
+    blocks: Iterable[nn.Module], x: Tensor, rope: Rope, *, checkpointed: bool = False
+) -> Tensor:
+    """x (N, T, d) through a stack of EncoderBlocks over a whole sequence (no cache): the RLT
+    encoder and the Transformer. ``checkpointed`` recomputes each block's activations in the
+    backward (only while gradients are on)."""
+    for block in blocks:
+        if checkpointed and torch.is_grad_enabled():
+            x, _ = checkpoint(block, x, rope, use_reentrant=False)
+        else:
+            x, _ = block(x, rope)
+    return x
+
+
+def rope_for(rope: RotaryEmbedding | None, start: int, length: int, like: Tensor) -> Rope:
+    """The rotary tables of positions start .. start+length-1 (None without RoPE), on the
+    device and in the complex dtype matching ``like``."""
+    if rope is None:
+        return None
+    return rope(start, length, like.device, complex_dtype(like.dtype))
 
 
 class BlockWeights(NamedTuple):

@@ -29,8 +29,9 @@ from rlt.models.blocks import (
     Rope,
     RotaryEmbedding,
     causal_mask,
-    complex_dtype,
+    encoder_stack,
     init_weights,
+    rope_for,
     window_mask,
 )
 from rlt.models.config import RLTConfig, _feedback_interval
@@ -134,14 +135,9 @@ class RecurrentLoopedTransformer(SequenceModel):
 
     def encode(self, tokens: Tensor) -> Tensor:
         """The causal encoder over a whole sequence: tokens (N, T) -> e (N, T, d)."""
-        x = self.embed(tokens)  # (N, T, d)
         rope = self._rope(0, tokens.shape[1], self.embed.weight)
-        for block in self.encoder:
-            if self.config.checkpoint_activations and torch.is_grad_enabled():
-                x, _ = checkpoint(block, x, rope, use_reentrant=False)
-            else:
-                x, _ = block(x, rope)
-        return x
+        checkpointed = self.config.checkpoint_activations
+        return encoder_stack(self.encoder, self.embed(tokens), rope, checkpointed=checkpointed)
 
     def memory_kv(self, e: Tensor) -> Memory:
         """Memory keys and values of e (N, T, d), each (N, H, T, Dh); None at L_D = 0."""
@@ -236,9 +232,7 @@ class RecurrentLoopedTransformer(SequenceModel):
         return [WindowKV(like.new_zeros(shape), like.new_zeros(shape)) for _ in self.decoder]
 
     def _rope(self, start: int, length: int, like: Tensor) -> Rope:
-        if self.rope is None:
-            return None
-        return self.rope(start, length, like.device, complex_dtype(like.dtype))
+        return rope_for(self.rope, start, length, like)
 
     # -- streaming path -------------------------------------------------------------------
     def init_state(self, batch_size: int) -> RLTState:

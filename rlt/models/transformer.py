@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
 
 from rlt.models.base import SequenceModel
-from rlt.models.blocks import EncoderBlock, Rope, RotaryEmbedding, complex_dtype, init_weights
+from rlt.models.blocks import (
+    EncoderBlock,
+    Rope,
+    RotaryEmbedding,
+    encoder_stack,
+    init_weights,
+    rope_for,
+)
 from rlt.models.config import TransformerConfig
 from rlt.models.state import KVCache, TransformerState
 
@@ -37,19 +42,13 @@ class DecoderOnlyTransformer(SequenceModel):
 
     def forward(self, tokens: Tensor) -> Tensor:
         """tokens (N, T) long -> logits (N, T, V)."""
-        x = self.embed(tokens)  # (N, T, d)
         rope = self._rope(0, tokens.shape[1], self.embed.weight)
-        for block in self.blocks:
-            if self.config.checkpoint_activations and torch.is_grad_enabled():
-                x, _ = checkpoint(block, x, rope, use_reentrant=False)
-            else:
-                x, _ = block(x, rope)
+        checkpointed = self.config.checkpoint_activations
+        x = encoder_stack(self.blocks, self.embed(tokens), rope, checkpointed=checkpointed)
         return self.head(self.norm(x))  # (N, T, V)
 
     def _rope(self, start: int, length: int, like: Tensor) -> Rope:
-        if self.rope is None:
-            return None
-        return self.rope(start, length, like.device, complex_dtype(like.dtype))
+        return rope_for(self.rope, start, length, like)
 
     def init_state(self, batch_size: int) -> TransformerState:
         c = self.config
