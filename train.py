@@ -20,7 +20,8 @@ from rlt.training import hydra_support
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    from rlt.training.run import ConfigError, run
+    from rlt.training.run import run
+    from rlt.training.spec import ConfigError
 
     multirun = hydra_support.is_multirun()
     try:

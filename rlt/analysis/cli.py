@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rlt.analysis.collect import NoResultsError, collect
 from rlt.analysis.report import ReportOptions, write_report
-from rlt.analysis.tables import Lengths
+from rlt.analysis.table_core import Lengths
 from rlt.rundir import POLICIES
 
 

@@ -23,13 +23,12 @@ from matplotlib import ticker  # noqa: E402
 
 from rlt.analysis.collect import Collection  # noqa: E402
 from rlt.analysis.labels import LENGTH_UNITS, model_style  # noqa: E402
-from rlt.analysis.tables import (  # noqa: E402
-    Lengths,
+from rlt.analysis.schedule_view import (  # noqa: E402
     has_schedules,
     schedule_labels,
     schedule_points,
-    seed_stats,
 )
+from rlt.analysis.table_core import Lengths, seed_stats  # noqa: E402
 
 S5_METRICS = {"token_acc": "prefix-token", "acc": "final-state", "seq_acc": "whole-sequence"}
 

@@ -14,7 +14,7 @@ import pandas as pd
 
 from rlt.analysis import render
 from rlt.analysis.collect import Collection
-from rlt.analysis.tables import Table, seed_stats
+from rlt.analysis.table_core import Table, seed_stats
 
 # The repository's copy; the CLI's --reference overrides it.
 DEFAULT_REFERENCE = Path(__file__).resolve().parents[2] / "analysis" / "reference" / "report.json"

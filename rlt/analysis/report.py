@@ -10,20 +10,15 @@ from pathlib import Path
 from rlt.analysis import render
 from rlt.analysis.collect import Collection, collect
 from rlt.analysis.reference import compare_table, load_reference
+from rlt.analysis.run_tables import cost_table, incomplete_table, params_table
+from rlt.analysis.schedule_view import feedback_split, has_schedules, schedule_table
+from rlt.analysis.table_core import Lengths, Table
 from rlt.analysis.tables import (
-    Lengths,
-    Table,
-    cost_table,
-    feedback_split,
     feedback_table,
     generalization_table,
-    has_schedules,
-    incomplete_table,
     length_table,
-    params_table,
     policy_table,
     scaled_accuracy_table,
-    schedule_table,
     val_table,
 )
 

@@ -94,7 +94,7 @@ def precheck_overrides(argv: list[str]) -> None:
     list the valid keys. Prints one line naming them and exits with status 2."""
     import dataclasses
 
-    from rlt.training.run import _FAMILIES, _MODEL_META
+    from rlt.training.spec import _FAMILIES, _MODEL_META
 
     families = {**_FAMILIES, "deltanet01": _FAMILIES["deltanet"]}
     meta = {*_MODEL_META, "feedback_interval"}

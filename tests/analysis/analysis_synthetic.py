@@ -141,7 +141,7 @@ def b_at(model: str, step: int) -> int | None:
 
 
 def run_fields(model: str, split: str) -> dict:
-    """The architecture fields of results.json["run"] as rlt/training/run.py writes them."""
+    """The architecture fields of results.json["run"] as rlt/training/results.py writes them."""
     if model == "transformer":  # the writer leaves split null; depth comes from the split sum
         return {
             "label": "Transformer 8",

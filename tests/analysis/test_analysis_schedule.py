@@ -15,7 +15,7 @@ from rlt.analysis.cli import figures_main, tables_main
 from rlt.analysis.figures import schedule_figures
 from rlt.analysis.labels import model_key, model_style
 from rlt.analysis.render import fmt_cell
-from rlt.analysis.tables import schedule_labels, schedule_table
+from rlt.analysis.schedule_view import schedule_labels, schedule_table
 from tests.analysis.analysis_synthetic import (
     MAX_STEPS,
     SCHEDULE_HOLES,

@@ -13,11 +13,11 @@ import pytest
 from rlt.analysis import ReportOptions, build_tables, collect, markdown_summary
 from rlt.analysis.reference import compare_table, load_reference
 from rlt.analysis.render import fmt_cell
+from rlt.analysis.run_tables import params_table
 from rlt.analysis.tables import (
     feedback_table,
     generalization_table,
     length_table,
-    params_table,
     policy_table,
     val_table,
 )

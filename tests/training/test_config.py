@@ -5,7 +5,7 @@ import itertools
 import pytest
 from omegaconf import OmegaConf
 
-from rlt.training.run import ConfigError, prepare
+from rlt.training.spec import ConfigError, prepare
 from tests.training.helpers import CONF, compose_cfg, group_options
 
 GROUPS = [

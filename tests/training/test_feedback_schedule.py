@@ -12,8 +12,9 @@ from rlt.models import RLTConfig, build_model
 from rlt.tasks.data import TaskDataModule
 from rlt.training.callbacks import FeedbackScheduleCallback
 from rlt.training.evaluate import evaluate_lengths
-from rlt.training.run import prepare, run
+from rlt.training.run import run
 from rlt.training.schedule import FeedbackSchedule
+from rlt.training.spec import prepare
 from tests.training.helpers import compose_cfg
 
 SCHEDULE = "model.feedback_schedule=[[0, 4], [2, 2], [4, 1]]"

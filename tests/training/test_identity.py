@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from rlt.training.identity import config_differences
-from rlt.training.run import ConfigError, run
+from rlt.training.run import run
+from rlt.training.spec import ConfigError
 from tests.training.helpers import compose_cfg
 
 
@@ -150,7 +151,7 @@ def test_policy_file_with_a_pickle_payload_is_refused(tmp_path, monkeypatch):
 
 def test_every_model_field_reaches_the_built_model():
     from rlt.training.module import MODULES
-    from rlt.training.run import prepare
+    from rlt.training.spec import prepare
 
     spec = prepare(compose_cfg(["experiment=tiny", "scale.d_model=64", "model.init_std=0.05"]))
     assert spec.model_kwargs["init_std"] == 0.05
@@ -176,7 +177,7 @@ def test_every_model_field_reaches_the_built_model():
     ],
 )
 def test_bad_model_and_trainer_keys_are_named(overrides, message):
-    from rlt.training.run import prepare
+    from rlt.training.spec import prepare
 
     with pytest.raises(ConfigError, match=message):
         prepare(compose_cfg(["experiment=tiny", *overrides]))
@@ -229,7 +230,7 @@ def test_unwritable_run_directory_gets_one_clear_error(tmp_path):
 @pytest.mark.parametrize(("scale", "split"), [("laptop", "1+1"), ("paper", "4+4")])
 def test_deltanet_is_parameter_matched_to_the_transformer_at_each_scale(scale, split):
     from rlt.models import count_parameters
-    from rlt.training.run import model_config
+    from rlt.training.spec import model_config
 
     counts = {}
     for model in ("deltanet", "deltanet01", "transformer"):

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from rlt import rundir
-from rlt.training.run import ConfigError, prepare, run
+from rlt.training.run import run
+from rlt.training.spec import ConfigError, prepare
 from tests.training.helpers import compose_cfg, group_options
 
 TASKS = [t for t in group_options("task") if t != "parity_prefix"]

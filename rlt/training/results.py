@@ -1,0 +1,122 @@
+"""Evaluation and results: each checkpoint policy's weights evaluated on the test lengths,
+assembled into results.json (schema in README), and the summaries printed or logged from it."""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import sys
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+import rlt
+from rlt import rundir
+from rlt.training.callbacks import POLICIES, ValidationAndCheckpoints, load_weights
+from rlt.training.evaluate import evaluate_lengths
+
+
+def evaluate_policies(
+    spec, module, dm, recorder: ValidationAndCheckpoints, n_params: int
+) -> dict[str, Any]:
+    cfg = spec.cfg
+    model = module.model
+    policies = [p for p in cfg.callbacks.policies if p in POLICIES] or ["min_val_loss"]
+    if "min_val_loss" not in policies:
+        policies.insert(0, "min_val_loss")
+    loaders = dm.test_dataloaders(spec.test_lengths)
+    with_exact = "exact" in getattr(spec.task, "metrics", ())
+    by_step: dict[int, list[dict]] = {}
+    by_policy: dict[str, dict[str, Any]] = {}
+    for policy in policies:
+        ckpt = load_weights(spec.run_dir / rundir.CKPT_DIR / f"{policy}.pt")
+        step = int(ckpt["step"])
+        # Evaluate with the chunk size of the last training stage (SPEC: inference must use it).
+        fb = spec.schedule.final if spec.schedule is not None else ckpt["feedback_interval"]
+        if step not in by_step:
+            model.load_state_dict(ckpt["state_dict"])
+            if spec.family == "rlt" and fb != model.feedback_interval:
+                model.feedback_interval = fb
+            say(f"  evaluating {policy} checkpoint (step {step}) on lengths {spec.test_lengths}")
+            by_step[step] = evaluate_lengths(
+                model, loaders, with_exact=with_exact, acc_mode=spec.task.acc_mode
+            )
+        by_policy[policy] = {
+            "step": step,
+            "feedback_interval": fb if spec.family == "rlt" else None,
+            "val": {k: v for k, v in recorder.best[policy].items() if k != "step"},
+            "rows": by_step[step],
+        }
+    selected = by_policy["min_val_loss"]
+    return {
+        "schema_version": 1,
+        "run": spec.identity,
+        "params": n_params,
+        "max_steps": cfg.scale.max_steps,
+        "train_lengths": list(spec.task.train_lengths),
+        "test_lengths": spec.test_lengths,
+        "chance": getattr(spec.task, "chance", None),
+        "selection": {"policy": "min_val_loss", "step": selected["step"], "val": selected["val"]},
+        "val_curve": recorder.val_curve,
+        "train_curve": recorder.train_curve,
+        "test": selected["rows"],
+        "test_by_policy": by_policy,
+        "feedback_schedule": spec.schedule.to_list() if spec.schedule is not None else None,
+        "versions": versions(),
+        "config_hash": hashlib.sha1(OmegaConf.to_yaml(cfg, resolve=True).encode()).hexdigest()[:12],
+    }
+
+
+def versions() -> dict[str, str]:
+    import lightning
+
+    return {
+        "rlt": rlt.__version__,
+        "torch": torch.__version__,
+        "lightning": lightning.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Logging and printing
+# --------------------------------------------------------------------------------------------
+
+
+def summary_by_length(results: dict[str, Any]) -> dict[str, float]:
+    """``{"test/acc@256": 0.98, ...}``: the selected checkpoint's test metrics as flat summary
+    keys, so W&B's runs table can sort and filter by them."""
+    return {f"test/{r['metric']}@{r['length']}": r["value"] for r in results["test"]}
+
+
+def print_table(results: dict[str, Any]) -> None:
+    """The length-generalization table of the selected checkpoint, on the terminal."""
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = results["test"]
+    metrics = list(dict.fromkeys(r["metric"] for r in rows if r["metric"] != "loss"))
+    lengths = sorted({r["length"] for r in rows})
+    value = {(r["length"], r["metric"]): r["value"] for r in rows}
+    run = results["run"]
+    lo, hi = results["train_lengths"]
+    table = Table(
+        title=f"{run['label']} {run['split'] or ''} on {run['task']}, seed {run['seed']}: "
+        f"checkpoint of step {results['selection']['step']} (lowest val loss); "
+        f"trained on lengths {lo}-{hi}",
+    )
+    table.add_column("length", justify="right")
+    for m in metrics:
+        table.add_column(f"{m} %", justify="right")
+    for length in lengths:
+        mark = "" if lo <= length <= hi else " *"
+        table.add_row(f"{length}{mark}", *[f"{100 * value[(length, m)]:.2f}" for m in metrics])
+    Console(width=120).print(table)
+    print("* beyond the training lengths", flush=True)
+
+
+def say(msg: str) -> None:
+    """A progress line, flushed (logs of SLURM jobs and nohup see it at once)."""
+    print(msg, file=sys.stdout, flush=True)

@@ -1,0 +1,331 @@
+"""A run's configuration, checked: every value validated before anything is written, the
+model family's dataclass filled from ``model.*`` (:func:`model_config`), extra Trainer
+arguments checked (:func:`trainer_args`), and the result, :class:`RunSpec`, that the rest of a
+run reads (:func:`prepare`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rlt.models import DeltaNetConfig, LSTMConfig, RLTConfig, TransformerConfig
+from rlt.tasks import get_task
+from rlt.training import hydra_support
+from rlt.training.schedule import FeedbackSchedule
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; raised before any work starts."""
+
+
+@dataclass
+class RunSpec:
+    """Everything a run needs, validated: built from the composed Hydra config."""
+
+    cfg: DictConfig
+    run_dir: Path
+    family: str
+    model_kwargs: dict[str, Any]
+    task: Any
+    test_lengths: list[int]
+    accumulate: int
+    schedule: FeedbackSchedule | None
+    identity: dict[str, Any]
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------------
+def prepare(cfg: DictConfig) -> RunSpec:
+    """Validate ``cfg`` and resolve it into a :class:`RunSpec`; raises :class:`ConfigError`
+    naming the config key and the fix. Allocates no tensors."""
+    try:
+        OmegaConf.resolve(cfg)
+    except Exception as e:  # interpolation errors name the key already
+        raise ConfigError(f"config does not resolve: {e}") from e
+    _check_numbers(cfg)
+    scale, model, split = cfg.scale, cfg.model, cfg.split
+    for key in ("n_enc", "n_dec"):
+        if not isinstance(split[key], int) or split[key] < 0:
+            raise ConfigError(f"split.{key} must be a non-negative integer, got {split[key]!r}")
+    if split.n_enc + split.n_dec < 1:
+        raise ConfigError(f"split {split.name!r} has no layers; pick e.g. split=4+4")
+    if scale.global_batch % scale.micro_batch != 0:
+        raise ConfigError(
+            f"scale.global_batch={scale.global_batch} is not a multiple of "
+            f"scale.micro_batch={scale.micro_batch}"
+        )
+    if scale.max_steps < 1 or scale.val_every < 1:
+        raise ConfigError("scale.max_steps and scale.val_every must be >= 1")
+    if model.get("family") == "rlt" and str(model.get("name", "")).startswith("rlt2"):
+        if model.get("feedback_interval") is None:
+            raise ConfigError("RLT-2 needs a chunk size: set model.feedback_interval=B (e.g. 4)")
+    family, _, kwargs = model_config(cfg)
+    trainer_args(cfg)
+
+    schedule = None
+    if model.get("feedback_schedule"):
+        if family != "rlt" or model.feedback_interval is None:
+            raise ConfigError(
+                "model.feedback_schedule needs an RLT model with feedback (model=rlt2 or rlt1)"
+            )
+        try:
+            schedule = FeedbackSchedule.parse(
+                OmegaConf.to_container(model.feedback_schedule), scale.max_steps
+            )
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
+        if schedule.at(0) is None or any(b is None for _, b in schedule.stages):
+            raise ConfigError("model.feedback_schedule: every stage needs a finite chunk size B")
+        kwargs["feedback_interval"] = schedule.at(0)
+
+    try:
+        options = dict(cfg.task.options)
+        if cfg.task.test_lengths:
+            options["test_lengths"] = list(cfg.task.test_lengths)
+        task = get_task(
+            cfg.task.kind,
+            data_seed=cfg.task.data_seed,
+            n_val=scale.n_val,
+            n_test=scale.n_test,
+            **options,
+        )
+    except (ValueError, TypeError, KeyError) as e:
+        raise ConfigError(f"task {cfg.task.name!r}: {e}") from e
+    run_dir = hydra_support.run_dir_for(cfg)
+    lengths = list(task.test_lengths)
+    if scale.test_lengths_limit:
+        lengths = _spread(sorted(lengths), int(scale.test_lengths_limit))
+    identity = {
+        "task": cfg.task.name,
+        "task_kind": cfg.task.kind,
+        "model": model.name,
+        "label": model.label,
+        "family": family,
+        "split": split.name if family == "rlt" else None,
+        "n_enc": split.n_enc,
+        "n_dec": split.n_dec,
+        "n_layers": split.n_enc + split.n_dec,
+        "feedback_interval": model.feedback_interval if family == "rlt" else None,
+        "seed": cfg.seed,
+        "data_seed": cfg.task.data_seed,
+        "preset": scale.name,
+        "sweep": cfg.sweep_name,
+        "cell": cfg.cell,
+        "run_dir": str(run_dir),
+    }
+    return RunSpec(
+        cfg=cfg,
+        run_dir=run_dir,
+        family=family,
+        model_kwargs=kwargs,
+        task=task,
+        test_lengths=[int(x) for x in lengths],
+        accumulate=scale.global_batch // scale.micro_batch,
+        schedule=schedule,
+        identity=identity,
+    )
+
+
+# (key, kind, minimum, may be null): every numeric field a run reads, checked before any work.
+_NUMBERS = (
+    ("seed", int, 0, False),
+    ("scale.d_model", int, 1, False),
+    ("scale.n_heads", int, 1, False),
+    ("scale.d_ff", int, 1, True),
+    ("scale.global_batch", int, 1, False),
+    ("scale.micro_batch", int, 1, False),
+    ("scale.max_steps", int, 1, False),
+    ("scale.val_every", int, 1, False),
+    ("scale.warmup_steps", int, 0, False),
+    ("scale.lr", float, 0, False),
+    ("scale.min_lr", float, 0, False),
+    ("scale.n_val", int, 1, True),
+    ("scale.n_test", int, 1, True),
+    ("scale.eval_batch", int, 1, False),
+    ("scale.test_lengths_limit", int, 1, True),
+    ("task.data_seed", int, 0, False),
+    ("optim.weight_decay", float, 0, False),
+    ("optim.grad_clip", float, 0, True),
+    ("callbacks.early_stop.val_acc", float, 0, True),
+    ("callbacks.early_stop.patience", int, 1, False),
+    ("callbacks.diagnostics_every", int, 1, True),
+    ("trainer.log_every_n_steps", int, 1, False),
+    ("trainer.progress_every", int, 1, True),
+    ("trainer.progress_seconds", float, 0, False),
+)
+
+
+_TOP_LEVEL = {
+    "task", "model", "split", "scale", "trainer", "logger", "callbacks", "optim", "seed",
+    "root", "sweep_name", "group", "cell", "out_dir", "resume", "force", "print_table",
+    "debug_flags",
+}  # fmt: skip
+
+
+def _check_numbers(cfg: DictConfig) -> None:
+    """No unknown top-level key (``+foo=1``), and every numeric field has the right type and
+    range, with a message naming the key."""
+    unknown = sorted(set(cfg.keys()) - _TOP_LEVEL)
+    if unknown:
+        raise ConfigError(
+            f"unknown config key(s) {unknown}; valid top-level keys: {sorted(_TOP_LEVEL)}"
+        )
+    for key, kind, minimum, nullable in _NUMBERS:
+        value = OmegaConf.select(cfg, key, default="<missing>")
+        if value == "<missing>":
+            raise ConfigError(f"{key} is missing from the config; add it (see conf/)")
+        if value is None and nullable:
+            continue
+        ok_type = not isinstance(value, bool) and (
+            isinstance(value, int) if kind is int else isinstance(value, int | float)
+        )
+        if not ok_type or not math.isfinite(value) or value < minimum:
+            what = "an integer" if kind is int else "a number"
+            raise ConfigError(f"{key} must be {what} >= {minimum}, got {value!r}")
+    if cfg.scale.lr <= 0:
+        raise ConfigError(f"scale.lr must be > 0, got {cfg.scale.lr!r}")
+    if cfg.scale.min_lr > cfg.scale.lr:
+        raise ConfigError(
+            f"scale.min_lr ({cfg.scale.min_lr}) must not exceed scale.lr ({cfg.scale.lr})"
+        )
+    es = cfg.callbacks.early_stop.val_acc
+    if es is not None and es > 1:
+        raise ConfigError(f"callbacks.early_stop.val_acc is a fraction in [0, 1], got {es!r}")
+
+
+# Config-only keys of a model node (identity and grouping); every other key is a field of the
+# family's config dataclass.
+_MODEL_META = ("name", "family", "label", "arch_tag", "feedback_schedule")
+# Fields that come from other groups: sizes from scale, depth from split.
+_FROM_SCALE = ("d_model", "n_heads", "d_ff")
+_FAMILIES = {
+    "rlt": RLTConfig,
+    "transformer": TransformerConfig,
+    "lstm": LSTMConfig,
+    "deltanet": DeltaNetConfig,
+}
+
+
+def model_config(cfg: DictConfig) -> tuple[str, type, dict[str, Any]]:
+    """(family, config class, validated kwargs) of the model a config describes: every key of
+    ``model`` but the meta keys is passed to the family's dataclass; sizes come from ``scale``
+    and depth from ``split``. Unknown keys and bad values raise ConfigError naming the fix."""
+    model, scale, split = cfg.model, cfg.scale, cfg.split
+    family = model.get("family")
+    if family not in _FAMILIES:
+        raise ConfigError(
+            f"model.family {family!r} is unknown; expected one of {sorted(_FAMILIES)}"
+        )
+    config_cls = _FAMILIES[family]
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    settable = sorted(fields - set(_FROM_SCALE) - {"n_enc", "n_dec", "n_layers", "vocab_size"})
+    # The baselines carry feedback_interval: null only so every model node has the same keys.
+    meta = _MODEL_META if family == "rlt" else (*_MODEL_META, "feedback_interval")
+    given = {k: v for k, v in model.items() if k not in meta}
+    unknown = sorted(set(given) - set(settable))
+    if unknown:
+        raise ConfigError(
+            f"model.{unknown[0]} is not a field of model family {family!r} "
+            f"(unknown: {unknown}); valid keys: model.{', model.'.join(settable)}"
+        )
+    for f in dataclasses.fields(config_cls):
+        if f.name in given:
+            _check_type(f"model.{f.name}", given[f.name], f.default)
+    kwargs = dict(given)
+    kwargs.update({k: scale[k] for k in _FROM_SCALE if k in fields})
+    if family == "deltanet" and scale.d_ff is not None:
+        # The DeltaNet layer has one d x d matrix more than attention: narrow its FFN by d/3 so
+        # its parameters match the Transformer of the same scale (rlt/models/deltanet.py).
+        kwargs["d_ff"] = scale.d_ff - scale.d_model // 3
+    if family == "rlt":
+        kwargs.update(n_enc=split.n_enc, n_dec=split.n_dec)
+    else:
+        kwargs.update(n_layers=split.n_enc + split.n_dec)
+    try:
+        config_cls(**kwargs)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"model config: {e}") from e
+    return family, config_cls, kwargs
+
+
+# Trainer arguments the run sets itself, and the config key that controls each.
+_TRAINER_OWN = {
+    "accelerator": "trainer.accelerator",
+    "devices": "trainer.devices",
+    "precision": "trainer.precision",
+    "max_steps": "scale.max_steps",
+    "accumulate_grad_batches": "scale.global_batch / scale.micro_batch",
+    "gradient_clip_val": "optim.grad_clip",
+    "gradient_clip_algorithm": "optim.grad_clip",
+    "limit_val_batches": "scale.val_every (validation runs in ValidationAndCheckpoints)",
+    "num_sanity_val_steps": "scale.val_every",
+    "check_val_every_n_epoch": "scale.val_every",
+    "enable_checkpointing": "callbacks.policies",
+    "enable_progress_bar": "trainer.progress_bar",
+    "enable_model_summary": "-",
+    "logger": "logger=...",
+    "callbacks": "callbacks.*",
+    "log_every_n_steps": "trainer.log_every_n_steps",
+    "overfit_batches": "debug=overfit",
+    "default_root_dir": "hydra.run.dir / root",
+}
+
+
+def trainer_args(cfg: DictConfig) -> dict[str, Any]:
+    """``trainer.args``: extra lightning.Trainer arguments, checked against its signature."""
+    import inspect
+
+    import lightning as L
+
+    node = cfg.trainer.get("args")
+    extra = {} if node is None else OmegaConf.to_container(node, resolve=True)
+    valid = set(inspect.signature(L.Trainer.__init__).parameters) - {"self"}
+    for key in extra:
+        if key in _TRAINER_OWN:
+            raise ConfigError(
+                f"trainer.args.{key} is set by the run itself; use {_TRAINER_OWN[key]} instead"
+            )
+        if key not in valid:
+            raise ConfigError(
+                f"trainer.args.{key} is not a lightning.Trainer argument; valid: "
+                + ", ".join(sorted(valid - set(_TRAINER_OWN)))
+            )
+    return extra
+
+
+def _check_type(key: str, value: Any, default: Any) -> None:
+    """A model field takes the type of its default (an int is fine where a float is)."""
+    if default is None or default is dataclasses.MISSING or value is None:
+        return
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, int | float):
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        ok = ok and (isinstance(value, int) or not isinstance(default, int))
+    else:
+        ok = isinstance(value, type(default))
+    if not ok:
+        raise ConfigError(
+            f"{key} must be of type {type(default).__name__} (default {default!r}), got {value!r}"
+        )
+
+
+def _spread(values: list[int], k: int) -> list[int]:
+    """``k`` values spread over a sorted list, always keeping the first and the last."""
+    if k >= len(values):
+        return values
+    if k == 1:
+        return [values[-1]]
+    idx = sorted({round(i * (len(values) - 1) / (k - 1)) for i in range(k)})
+    return [values[i] for i in idx]
+
+
+# --------------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------------

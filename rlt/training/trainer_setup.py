@@ -1,0 +1,161 @@
+"""How a run's Lightning Trainer is set up around the model: torch threads, devices, Lightning's
+own chatter, and the loggers (CSV always, W&B on request) with the summary they receive."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from rlt.training.results import summary_by_length
+from rlt.training.spec import RunSpec, trainer_args
+
+
+def resolve_threads(cfg: DictConfig) -> int:
+    """``trainer.threads``: an integer, or ``auto``: one thread for small models (width < 256,
+    where intra-op threads cost more than they give, badly so on a busy machine), else the
+    cores divided by the jobs a parallel launcher runs side by side."""
+    threads = cfg.trainer.threads
+    if threads in (None, "auto"):
+        if cfg.scale.d_model < 256:
+            return 1
+        n_jobs = 1
+        with contextlib.suppress(Exception):
+            from hydra.core.hydra_config import HydraConfig
+
+            launcher = HydraConfig.get().launcher
+            n_jobs = int(launcher.get("n_jobs", 1) or 1)
+        threads = max(1, _cores() // max(1, n_jobs))
+    return int(threads)
+
+
+def _cores() -> int:
+    """The cores this process may use: SLURM's allocation inside a job (not the node's), else
+    the CPU affinity mask."""
+    with contextlib.suppress(KeyError, ValueError):
+        return max(1, int(os.environ["SLURM_CPUS_PER_TASK"]))
+    with contextlib.suppress(AttributeError):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def devices_for(cfg: DictConfig):
+    """Lightning's ``devices``: one GPU per job, chosen by the job number, when several GPUs
+    are visible and the launcher runs jobs side by side (SLURM jobs see only their own)."""
+    if cfg.trainer.accelerator != "gpu" or not torch.cuda.is_available():
+        return cfg.trainer.devices
+    n = torch.cuda.device_count()
+    if n <= 1 or cfg.trainer.devices != 1:
+        return cfg.trainer.devices
+    job = 0
+    with contextlib.suppress(Exception):
+        from hydra.core.hydra_config import HydraConfig
+
+        job = HydraConfig.get().job.num
+    return [job % n]
+
+
+def quiet_lightning() -> None:
+    """Keep the terminal for what matters: progress, the per-run line and the final table."""
+    import logging
+    import warnings
+
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    for message in (
+        ".*val_dataloader.*validation_step.*",
+        ".*does not have many workers.*",
+        ".*LeafSpec.*",
+    ):
+        warnings.filterwarnings("ignore", message=message)
+
+
+def make_loggers(cfg: DictConfig, spec: RunSpec, run_dir: Path) -> list:
+    from lightning.pytorch.loggers import CSVLogger
+
+    loggers = []
+    if cfg.logger.csv:
+        loggers.append(CSVLogger(save_dir=str(run_dir), name="", version="csv"))
+    if cfg.logger.wandb:
+        from lightning.pytorch.loggers import WandbLogger
+
+        w = cfg.logger.wandb
+        os.environ.setdefault("WANDB_SILENT", "true")
+        loggers.append(
+            WandbLogger(
+                project=w.project,
+                entity=w.entity,
+                group=w.group,
+                job_type=w.get("job_type"),
+                tags=list(w.tags),
+                name=spec.identity["cell"],
+                id=hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:16],
+                resume="allow",
+                mode=w.mode,
+                save_dir=str(run_dir),
+                config=OmegaConf.to_container(cfg, resolve=True),
+            )
+        )
+    return loggers
+
+
+def log_results(loggers: list, results: dict[str, Any]) -> None:
+    for logger in loggers:
+        if type(logger).__name__ != "WandbLogger":
+            continue
+        import wandb
+
+        rows = [
+            [policy, r["length"], r["metric"], r["value"]]
+            for policy, block in results["test_by_policy"].items()
+            for r in block["rows"]
+        ]
+        logger.experiment.log(
+            {
+                "test/length_generalization": wandb.Table(
+                    columns=["policy", "length", "metric", "value"], data=rows
+                )
+            }
+        )
+        logger.experiment.summary.update(
+            {
+                "params": results["params"],
+                "best_step": results["selection"]["step"],
+                "sec_per_step": results["timing"]["sec_per_step"],
+                **summary_by_length(results),
+            }
+        )
+        wandb.finish()
+
+
+def build_trainer(spec: RunSpec, callbacks: list, loggers: list, live_bar: bool):
+    """The Lightning Trainer of a run: optimizer steps, accumulation, clipping and precision
+    from the config; validation, checkpoints and progress belong to the run's callbacks."""
+    import lightning as L
+
+    cfg = spec.cfg
+    return L.Trainer(
+        **{"deterministic": False, **trainer_args(cfg)},
+        accelerator=cfg.trainer.accelerator,
+        devices=devices_for(cfg),
+        precision=cfg.trainer.precision,
+        max_steps=cfg.scale.max_steps,
+        accumulate_grad_batches=spec.accumulate,
+        gradient_clip_val=cfg.optim.grad_clip,
+        gradient_clip_algorithm="norm",
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        check_val_every_n_epoch=None,
+        enable_checkpointing=False,
+        enable_progress_bar=live_bar,
+        enable_model_summary=False,
+        logger=loggers or False,
+        callbacks=callbacks,
+        log_every_n_steps=cfg.trainer.log_every_n_steps,
+        overfit_batches=cfg.debug_flags.overfit_batches,
+        default_root_dir=str(spec.run_dir),
+    )
