@@ -49,6 +49,33 @@ def prepare(cfg: DictConfig) -> RunSpec:
     except Exception as e:  # interpolation errors name the key already
         raise ConfigError(f"config does not resolve: {e}") from e
     _check_numbers(cfg)
+    _check_shapes(cfg)
+    family, _, kwargs = model_config(cfg)
+    trainer_args(cfg)
+    schedule = _feedback_schedule(cfg, family)
+    if schedule is not None:
+        kwargs["feedback_interval"] = schedule.at(0)
+    task = _task(cfg)
+    run_dir = hydra_support.run_dir_for(cfg)
+    scale = cfg.scale
+    lengths = list(task.test_lengths)
+    if scale.test_lengths_limit:
+        lengths = _spread(sorted(lengths), int(scale.test_lengths_limit))
+    return RunSpec(
+        cfg=cfg,
+        run_dir=run_dir,
+        family=family,
+        model_kwargs=kwargs,
+        task=task,
+        test_lengths=[int(x) for x in lengths],
+        accumulate=scale.global_batch // scale.micro_batch,
+        schedule=schedule,
+        identity=_identity(cfg, family, run_dir),
+    )
+
+
+def _check_shapes(cfg: DictConfig) -> None:
+    """The split, the batch sizes and step counts fit together; RLT-2 has its chunk size."""
     scale, model, split = cfg.scale, cfg.model, cfg.split
     for key in ("n_enc", "n_dec"):
         if not isinstance(split[key], int) or split[key] < 0:
@@ -65,43 +92,49 @@ def prepare(cfg: DictConfig) -> RunSpec:
     if model.get("family") == "rlt" and str(model.get("name", "")).startswith("rlt2"):
         if model.get("feedback_interval") is None:
             raise ConfigError("RLT-2 needs a chunk size: set model.feedback_interval=B (e.g. 4)")
-    family, _, kwargs = model_config(cfg)
-    trainer_args(cfg)
 
-    schedule = None
-    if model.get("feedback_schedule"):
-        if family != "rlt" or model.feedback_interval is None:
-            raise ConfigError(
-                "model.feedback_schedule needs an RLT model with feedback (model=rlt2 or rlt1)"
-            )
-        try:
-            schedule = FeedbackSchedule.parse(
-                OmegaConf.to_container(model.feedback_schedule), scale.max_steps
-            )
-        except ValueError as e:
-            raise ConfigError(str(e)) from e
-        if schedule.at(0) is None or any(b is None for _, b in schedule.stages):
-            raise ConfigError("model.feedback_schedule: every stage needs a finite chunk size B")
-        kwargs["feedback_interval"] = schedule.at(0)
 
+def _feedback_schedule(cfg: DictConfig, family: str) -> FeedbackSchedule | None:
+    """``model.feedback_schedule`` parsed and checked (None when there is none)."""
+    model = cfg.model
+    if not model.get("feedback_schedule"):
+        return None
+    if family != "rlt" or model.feedback_interval is None:
+        raise ConfigError(
+            "model.feedback_schedule needs an RLT model with feedback (model=rlt2 or rlt1)"
+        )
+    try:
+        schedule = FeedbackSchedule.parse(
+            OmegaConf.to_container(model.feedback_schedule), cfg.scale.max_steps
+        )
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    if schedule.at(0) is None or any(b is None for _, b in schedule.stages):
+        raise ConfigError("model.feedback_schedule: every stage needs a finite chunk size B")
+    return schedule
+
+
+def _task(cfg: DictConfig):
+    """The task with its options and the scale's validation/test set sizes."""
     try:
         options = dict(cfg.task.options)
         if cfg.task.test_lengths:
             options["test_lengths"] = list(cfg.task.test_lengths)
-        task = get_task(
+        return get_task(
             cfg.task.kind,
             data_seed=cfg.task.data_seed,
-            n_val=scale.n_val,
-            n_test=scale.n_test,
+            n_val=cfg.scale.n_val,
+            n_test=cfg.scale.n_test,
             **options,
         )
     except (ValueError, TypeError, KeyError) as e:
         raise ConfigError(f"task {cfg.task.name!r}: {e}") from e
-    run_dir = hydra_support.run_dir_for(cfg)
-    lengths = list(task.test_lengths)
-    if scale.test_lengths_limit:
-        lengths = _spread(sorted(lengths), int(scale.test_lengths_limit))
-    identity = {
+
+
+def _identity(cfg: DictConfig, family: str, run_dir: Path) -> dict[str, Any]:
+    """The run's identity as results.json["run"] records it."""
+    model, split = cfg.model, cfg.split
+    return {
         "task": cfg.task.name,
         "task_kind": cfg.task.kind,
         "model": model.name,
@@ -114,22 +147,11 @@ def prepare(cfg: DictConfig) -> RunSpec:
         "feedback_interval": model.feedback_interval if family == "rlt" else None,
         "seed": cfg.seed,
         "data_seed": cfg.task.data_seed,
-        "preset": scale.name,
+        "preset": cfg.scale.name,
         "sweep": cfg.sweep_name,
         "cell": cfg.cell,
         "run_dir": str(run_dir),
     }
-    return RunSpec(
-        cfg=cfg,
-        run_dir=run_dir,
-        family=family,
-        model_kwargs=kwargs,
-        task=task,
-        test_lengths=[int(x) for x in lengths],
-        accumulate=scale.global_batch // scale.micro_batch,
-        schedule=schedule,
-        identity=identity,
-    )
 
 
 # (key, kind, minimum, may be null): every numeric field a run reads, checked before any work.
