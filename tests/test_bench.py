@@ -12,15 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from rlt import bench
 from rlt.models import RLTConfig, build_model
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small ops gain nothing from threads and lose a lot on a busy machine (see
-    tests/models/conftest.py)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def step_flops(model: torch.nn.Module, length: int) -> int:

@@ -22,13 +22,8 @@ def make_transformer(n_layers: int = 3, seed: int = 0, **fields):
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors gain nothing from threads, and on a busy machine 2 threads per op can be
-    100x slower than 1 (spin-waiting workers): run the model tests single-threaded."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _single_threaded(one_thread):
+    """Every model test runs single-threaded (tests/conftest.py: one_thread)."""
 
 
 @pytest.fixture

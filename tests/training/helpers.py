@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -18,3 +19,8 @@ def compose_cfg(overrides: list[str] | None = None, hydra: bool = False) -> Dict
 
 def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def load_results(run_dir: str | Path) -> dict:
+    """A run directory's results.json."""
+    return json.loads((Path(run_dir) / "results.json").read_text())

@@ -15,7 +15,7 @@ from rlt.training.evaluate import evaluate_lengths
 from rlt.training.run import run
 from rlt.training.schedule import FeedbackSchedule
 from rlt.training.spec import prepare
-from tests.training.helpers import compose_cfg
+from tests.training.helpers import compose_cfg, load_results
 
 SCHEDULE = "model.feedback_schedule=[[0, 4], [2, 2], [4, 1]]"
 
@@ -71,14 +71,14 @@ def test_schedule_is_recorded_and_resume_continues_it(tmp_path):
         run(crash)  # dies mid-schedule (stage B=2), last.ckpt at step 2
     out = run(compose_cfg(tiny(tmp_path / "b")))
     assert out["state"] == "resumed"
-    resumed = json.loads((Path(out["run_dir"]) / "results.json").read_text())
+    resumed = load_results(Path(out["run_dir"]))
     assert resumed["val_curve"] == straight["val_curve"]
     assert resumed["test_by_policy"] == straight["test_by_policy"]
 
 
 def test_schedule_ending_at_one_evaluates_exactly_as_rlt1(tmp_path):
     cfg = compose_cfg(tiny(tmp_path))
-    res = json.loads((Path(run(cfg)["run_dir"]) / "results.json").read_text())
+    res = load_results(Path(run(cfg)["run_dir"]))
     spec = prepare(compose_cfg(tiny(tmp_path)))
     # An independently built RLT-1 (B=1 from its config) with the selected weights.
     kwargs = dict(spec.model_kwargs, feedback_interval=1)

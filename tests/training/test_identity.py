@@ -11,7 +11,7 @@ import pytest
 from rlt.training.identity import config_differences
 from rlt.training.run import run
 from rlt.training.spec import ConfigError
-from tests.training.helpers import compose_cfg
+from tests.training.helpers import compose_cfg, load_results
 
 
 def tiny(tmp_path: Path, *overrides: str):
@@ -204,15 +204,14 @@ def test_command_line_names_valid_model_keys(tmp_path):
 
 
 def test_unreadable_results_are_repaired_on_rerun(finished, capsys):
-    import json
 
     run_dir = next(finished.rglob("results.json")).parent
-    before = json.loads((run_dir / "results.json").read_text())
+    before = load_results(run_dir)
     (run_dir / "results.json").write_text('{"schema_version": 1, "run": {')
     out = run(tiny(finished))
     assert "[repair]" in capsys.readouterr().out
     assert out["state"] == "resumed"
-    after = json.loads((run_dir / "results.json").read_text())
+    after = load_results(run_dir)
     assert after["test_by_policy"] == before["test_by_policy"]
     assert after["val_curve"] == before["val_curve"]
 
@@ -252,7 +251,7 @@ def test_early_stop_ends_the_run_and_a_rerun_keeps_it(tmp_path):
     ]
     out = run(tiny(tmp_path, *overrides))
     run_dir = Path(out["run_dir"])
-    res = json.loads((run_dir / "results.json").read_text())
+    res = load_results(run_dir)
     assert out["state"] == "done" and res["stopped_early"] == 4
     assert [r["step"] for r in res["val_curve"]] == [2, 4]
     assert res["test_by_policy"]["final"]["step"] == 4
@@ -263,7 +262,7 @@ def test_early_stop_ends_the_run_and_a_rerun_keeps_it(tmp_path):
     (run_dir / "status.json").write_text(json.dumps({**status, "state": "running"}))
     again = run(tiny(tmp_path, *overrides))
     assert again["state"] == "resumed"
-    res2 = json.loads((run_dir / "results.json").read_text())
+    res2 = load_results(run_dir)
     assert res2["val_curve"] == res["val_curve"] and res2["test"] == res["test"]
 
 

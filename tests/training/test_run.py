@@ -13,7 +13,7 @@ import torch
 from rlt import rundir
 from rlt.training.run import run
 from rlt.training.spec import ConfigError, prepare
-from tests.training.helpers import compose_cfg, group_options
+from tests.training.helpers import compose_cfg, group_options, load_results
 
 TASKS = [t for t in group_options("task") if t != "parity_prefix"]
 MODELS = group_options("model")
@@ -21,10 +21,6 @@ MODELS = group_options("model")
 
 def tiny(tmp_path: Path, *overrides: str) -> list[str]:
     return ["experiment=tiny", f"root={tmp_path}", *overrides]
-
-
-def load_results(run_dir: str | Path) -> dict:
-    return json.loads((Path(run_dir) / rundir.RESULTS).read_text())
 
 
 @pytest.mark.slow
