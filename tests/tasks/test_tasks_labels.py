@@ -119,14 +119,14 @@ def test_training_lengths_cover_the_range_uniformly(name):
     task = get_task(name)
     lengths = Counter(task.example("train", i).length for i in range(3000))
     lo, hi = task.train_lengths
-    if name == "mod5_flat":
-        expected = set(range(lo, hi + 1, 2))  # odd lengths only
-    elif name == "addition":
-        expected = set(range(lo, hi + 1))  # max of two uniform digit counts: skewed upward
-    else:
-        expected = set(range(lo, hi + 1))
+    step = 2 if name == "mod5_flat" else 1  # flat mod-5: odd lengths only
+    expected = set(range(lo, hi + 1, step))
     assert set(lengths) == expected
-    if name != "addition" and len(expected) > 1:
+    if name == "addition":
+        # The length is the longer of two uniform digit counts: P(k) = (2k - 1) / n^2, so the
+        # longest is 2n - 1 = 15 times as frequent as the shortest (n = 8).
+        assert lengths[hi] > 8 * lengths[lo]
+    elif len(expected) > 1:
         mean = 3000 / len(expected)
         assert min(lengths.values()) > 0.5 * mean and max(lengths.values()) < 1.6 * mean
 
