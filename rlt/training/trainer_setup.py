@@ -70,6 +70,9 @@ def quiet_lightning() -> None:
         ".*val_dataloader.*validation_step.*",
         ".*does not have many workers.*",
         ".*LeafSpec.*",
+        # Lightning's hint on any machine with SLURM installed, also for local runs; jobs of
+        # hydra/launcher=slurm run under srun already.
+        ".*The `srun` command is available on your system but is not used.*",
     ):
         warnings.filterwarnings("ignore", message=message)
 
