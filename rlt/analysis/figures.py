@@ -23,12 +23,8 @@ from matplotlib import ticker  # noqa: E402
 
 from rlt.analysis.collect import Collection  # noqa: E402
 from rlt.analysis.labels import LENGTH_UNITS, model_style  # noqa: E402
-from rlt.analysis.schedule_view import (  # noqa: E402
-    has_schedules,
-    schedule_labels,
-    schedule_points,
-)
-from rlt.analysis.table_core import Lengths, seed_stats  # noqa: E402
+from rlt.analysis.schedule_view import has_schedules, schedule_table  # noqa: E402
+from rlt.analysis.table_core import Lengths, Table, seed_stats  # noqa: E402
 
 S5_METRICS = {"token_acc": "prefix-token", "acc": "final-state", "seq_acc": "whole-sequence"}
 
@@ -327,44 +323,30 @@ def s5_panels(
     return results
 
 
-def schedule_data(
-    c: Collection,
-    row: str,
-    *,
-    labels: Sequence[str] | None = None,
-    policy: str = "min_val_loss",
-    metric: str = "acc",
-    lengths: Lengths = None,
-) -> pd.DataFrame:
-    """One point per model of the schedule view: row, label, length, x_mean, x_sd, x_n
-    (training minutes per run), y_mean, y_sd, y_n (test `metric` in % at the length), the same
-    numbers as the schedule table. Models lacking either coordinate are left out."""
-    labels = list(labels) if labels is not None else schedule_labels(c)
-    length, stats = schedule_points(
-        c, row, labels=labels, policy=policy, metric=metric, lengths=lengths
-    )
+def schedule_data(table: Table, row: str) -> pd.DataFrame:
+    """The points of one task row of the schedule view, read from its table (so the figure
+    shows the table's numbers): row, label, length, x_mean, x_sd, x_n (training minutes per
+    run), y_mean, y_sd, y_n (test accuracy in % at the table's length). Models lacking either
+    coordinate are left out."""
     cols = ["row", "label", "length", "x_mean", "x_sd", "x_n", "y_mean", "y_sd", "y_n"]
-    if stats.empty:
-        return pd.DataFrame(columns=cols)
-    wide = stats.set_index(["label", "quantity"])
-    records = []
-    for lab in labels:
-        if (lab, "acc") not in wide.index or (lab, "train_min") not in wide.index:
-            continue
-        x, y = wide.loc[(lab, "train_min")], wide.loc[(lab, "acc")]
-        records.append(
-            {
-                "row": row,
-                "label": lab,
-                "length": length,
-                "x_mean": float(x["mean"]),
-                "x_sd": float(x["sd"]),
-                "x_n": int(x["n"]),
-                "y_mean": float(y["mean"]),
-                "y_sd": float(y["sd"]),
-                "y_n": int(y["n"]),
-            }
-        )
+    d = table.data[(table.data["key"] == row) & (table.data["n"] > 0)]
+    x = d[d["quantity"] == "train_min"].set_index("row")
+    y = d[d["quantity"] == "acc"].set_index("row")
+    records = [
+        {
+            "row": row,
+            "label": lab,
+            "length": int(y.loc[lab, "length"]),
+            "x_mean": float(x.loc[lab, "mean"]),
+            "x_sd": float(x.loc[lab, "sd"]),
+            "x_n": int(x.loc[lab, "n"]),
+            "y_mean": float(y.loc[lab, "mean"]),
+            "y_sd": float(y.loc[lab, "sd"]),
+            "y_n": int(y.loc[lab, "n"]),
+        }
+        for lab in table.display.index
+        if lab in x.index and lab in y.index
+    ]
     return pd.DataFrame.from_records(records, columns=cols)
 
 
@@ -426,10 +408,10 @@ def schedule_figures(
     tested length (y) against mean training time per run in minutes (x), one labelled point
     per model, error bars = sample SD over seeds on both axes (none for a single seed)."""
     out = Path(out_dir)
-    labels = schedule_labels(c, split)
+    table = schedule_table(c, split=split, policy=policy, metric=metric, lengths=lengths)
     results = []
     for row in c.rows:
-        pts = schedule_data(c, row, labels=labels, policy=policy, metric=metric, lengths=lengths)
+        pts = schedule_data(table, row)
         if pts.empty:
             continue
         fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")

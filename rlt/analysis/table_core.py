@@ -109,21 +109,28 @@ def cell_table(
     row_of: Mapping[str, str] | None = None,
     best: bool = False,
     notes: list[str] | None = None,
+    expected: Mapping[tuple[str, str], int] | None = None,
 ) -> Table:
     """Aggregate `values` (row, column, seed, value in %) into a rows x columns accuracy table.
 
     `rows` are the keys of `values["row"]`; `row_of` maps a key to its collection row where
     they differ (one task per length), so the grid's expected seed count still applies. A cell
     appears when it has values or the grid expects it; everything else stays blank.
+    `expected` gives the expected seed count per (row key, column) where the table's rows and
+    columns are not (task row, model label), e.g. the schedule view's models x quantities.
     """
     row_display = dict(row_display or {})
     row_of = dict(row_of or {})
-    expected = c.expected_n()
+    if expected is None:
+        by_grid = c.expected_n()
+        expected = {
+            (r, col): by_grid.get((row_of.get(r, r), col), 0) for r in rows for col in columns
+        }
     stats = seed_stats(values, ["row", "column"]).set_index(["row", "column"])
     records = []
     for r in rows:
         for col in columns:
-            n_exp = expected.get((row_of.get(r, r), col), 0)
+            n_exp = expected.get((r, col), 0)
             rec = _cell_record(stats, (r, col), n_exp)
             if rec is None:
                 continue
