@@ -71,6 +71,45 @@ def _unwritable(out: Path, e: OSError) -> int:
 
 def tables_main(argv: Sequence[str] | None = None) -> int:
     """Print every table as Markdown and write CSV, LaTeX and report.md to --out."""
+    a = _tables_parser().parse_args(argv)
+    opts = ReportOptions(
+        step=a.step,
+        metric=a.metric,
+        policy=a.policy,
+        lengths=_lengths(a.length, "--length"),
+        split=a.split,
+        fb_lengths=_lengths(a.fb_length, "--fb-length"),
+        compare_report=a.compare_report,
+        reference=a.reference,
+        per_seed=not a.no_per_seed,
+        schedule_view=a.schedule_view,
+    )
+    try:
+        c = collect(a.sweep_dirs)
+    except NoResultsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = a.out or a.sweep_dirs[0] / "analysis"
+    try:
+        text, paths = write_report(c, out, opts)
+    except OSError as e:
+        return _unwritable(out, e)
+    if not a.quiet:
+        print(text)
+    print(f"wrote {len(paths)} files to {out} (report.md, CSV, LaTeX)", file=sys.stderr)
+    if a.wandb:
+        from rlt.analysis.figures import make_figures
+        from rlt.analysis.wandb_log import log_report
+
+        drawn = make_figures(c, out / "figures", policy=a.policy, metric=a.metric, formats=("png",))
+        figures = [path for r in drawn for path in r.paths]
+        run_dir = log_report(out, list(a.sweep_dirs), paths, figures)
+        print(f"logged {len(paths)} tables and {len(figures)} figures to W&B: {run_dir}",
+              file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def _tables_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="analysis/tables.py",
         description="The report's tables from sweep directories: Markdown on stdout, CSV and "
@@ -110,42 +149,7 @@ def tables_main(argv: Sequence[str] | None = None) -> int:
         help="also draw the figures and log tables and figures to one W&B run (offline unless "
         "WANDB_MODE says otherwise; in OUT/wandb, upload with `wandb sync`)",
     )
-    a = p.parse_args(argv)
-    opts = ReportOptions(
-        step=a.step,
-        metric=a.metric,
-        policy=a.policy,
-        lengths=_lengths(a.length, "--length"),
-        split=a.split,
-        fb_lengths=_lengths(a.fb_length, "--fb-length"),
-        compare_report=a.compare_report,
-        reference=a.reference,
-        per_seed=not a.no_per_seed,
-        schedule_view=a.schedule_view,
-    )
-    try:
-        c = collect(a.sweep_dirs)
-    except NoResultsError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    out = a.out or a.sweep_dirs[0] / "analysis"
-    try:
-        text, paths = write_report(c, out, opts)
-    except OSError as e:
-        return _unwritable(out, e)
-    if not a.quiet:
-        print(text)
-    print(f"wrote {len(paths)} files to {out} (report.md, CSV, LaTeX)", file=sys.stderr)
-    if a.wandb:
-        from rlt.analysis.figures import make_figures
-        from rlt.analysis.wandb_log import log_report
-
-        drawn = make_figures(c, out / "figures", policy=a.policy, metric=a.metric, formats=("png",))
-        figures = [path for r in drawn for path in r.paths]
-        run_dir = log_report(out, list(a.sweep_dirs), paths, figures)
-        print(f"logged {len(paths)} tables and {len(figures)} figures to W&B: {run_dir}",
-              file=sys.stderr)  # fmt: skip
-    return 0
+    return p
 
 
 def figures_main(argv: Sequence[str] | None = None) -> int:

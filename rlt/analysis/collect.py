@@ -123,33 +123,10 @@ def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Col
         if not d.exists():
             raise NoResultsError(f"{d} does not exist: check the path")
 
-    records: list[dict] = []
-    val_rows: list[dict] = []
-    train_rows: list[dict] = []
-    test_rows: list[dict] = []
-    warnings: list[str] = []
-    for i, sweep_dir in enumerate(sweep_dirs):
-        for run_dir in find_runs(sweep_dir):
-            rec, val, train, test, warn = _read_run(run_dir, sweep_dir)
-            rec["sweep_index"] = i
-            records.append(rec)
-            val_rows += val
-            train_rows += train
-            test_rows += test
-            warnings += warn
-
+    records, val_rows, train_rows, test_rows, warnings = _read_runs(sweep_dirs)
     runs = pd.DataFrame.from_records(records, columns=_RUN_COLUMNS)
     if require_results and not runs["has_results"].any():
-        where = ", ".join(str(d) for d in sweep_dirs)
-        found = ""
-        if len(runs):
-            states = Counter(runs["state"])
-            found = " (found {} run directories without results: {})".format(
-                len(runs), ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
-            )
-        raise NoResultsError(
-            f"no {RESULTS} under {where}{found}: run the sweep first / check the path"
-        )
+        raise NoResultsError(_no_results_message(runs, sweep_dirs))
 
     _fill_presets(runs, sweep_dirs)
     models = _assign_labels(runs)
@@ -182,6 +159,36 @@ def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Col
         models=models,
         warnings=warnings,
     )
+
+
+def _read_runs(sweep_dirs: list[Path]) -> tuple[list, list, list, list, list[str]]:
+    """Every run of the sweeps: (run records, val rows, train rows, test rows, warnings)."""
+    records: list[dict] = []
+    val_rows: list[dict] = []
+    train_rows: list[dict] = []
+    test_rows: list[dict] = []
+    warnings: list[str] = []
+    for i, sweep_dir in enumerate(sweep_dirs):
+        for run_dir in find_runs(sweep_dir):
+            rec, val, train, test, warn = _read_run(run_dir, sweep_dir)
+            rec["sweep_index"] = i
+            records.append(rec)
+            val_rows += val
+            train_rows += train
+            test_rows += test
+            warnings += warn
+    return records, val_rows, train_rows, test_rows, warnings
+
+
+def _no_results_message(runs: pd.DataFrame, sweep_dirs: list[Path]) -> str:
+    where = ", ".join(str(d) for d in sweep_dirs)
+    found = ""
+    if len(runs):
+        states = Counter(runs["state"])
+        found = " (found {} run directories without results: {})".format(
+            len(runs), ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+        )
+    return f"no {RESULTS} under {where}{found}: run the sweep first / check the path"
 
 
 # Columns of Collection.runs, in order (the record of one run directory).
@@ -226,19 +233,7 @@ def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, l
         used=False,
     )
     warnings: list[str] = []
-
-    status, err = _read_json(run_dir / STATUS)
-    if status:
-        rec.update(
-            state=status.get("state") or "unknown",
-            step=status.get("step"),
-            max_steps=status.get("max_steps"),
-            detail=status.get("error"),
-        )
-    else:
-        rec["state"] = "no status" if err is None else "unreadable"
-        rec["detail"] = err
-
+    status = _read_status(run_dir, rec)
     results, err = _read_json(run_dir / RESULTS)
     if err:
         rec.update(state="unreadable", detail=err)
@@ -252,14 +247,40 @@ def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, l
             f"{run_dir / RESULTS}: schema_version {results.get('schema_version')!r}, "
             f"expected {SCHEMA_VERSION}; read as version {SCHEMA_VERSION}"
         )
+    rec.update(_result_fields(results, rec))
+    rid = rec["run_id"]
+    val = _curve_rows(rid, results.get("val_curve"))
+    train = _curve_rows(rid, results.get("train_curve"))
+    if val:
+        rec["step"] = max(r["step"] for r in val)
+    return rec, val, train, _test_rows(rid, results), warnings
+
+
+def _read_status(run_dir: Path, rec: dict[str, Any]) -> dict | None:
+    """Fill the run record's state, step and detail from status.json; return the status."""
+    status, err = _read_json(run_dir / STATUS)
+    if status:
+        rec.update(
+            state=status.get("state") or "unknown",
+            step=status.get("step"),
+            max_steps=status.get("max_steps"),
+            detail=status.get("error"),
+        )
+    else:
+        rec["state"] = "no status" if err is None else "unreadable"
+        rec["detail"] = err
+    return status
+
+
+def _result_fields(results: dict, rec: dict[str, Any]) -> dict[str, Any]:
+    """The run record's fields from a results.json (its run block wins over the path)."""
     run = results.get("run") or {}
     timing = results.get("timing") or {}
-    selection = results.get("selection") or {}
     train_lengths = results.get("train_lengths") or []
-    for key in ("task", "model", "split", "seed"):
-        if run.get(key) is not None:
-            rec[key] = run[key]
-    rec.update(
+    fields = {
+        key: run[key] for key in ("task", "model", "split", "seed") if run.get(key) is not None
+    }
+    fields.update(
         {k: run.get(k) for k in ("family", "n_enc", "n_dec", "n_layers", "data_seed")},
         feedback_interval=run.get("feedback_interval"),
         feedback_schedule=results.get("feedback_schedule"),
@@ -274,39 +295,38 @@ def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, l
         chance=results.get("chance"),
         train_len_min=min(train_lengths) if train_lengths else None,
         train_len_max=max(train_lengths) if train_lengths else None,
-        selection_step=selection.get("step"),
+        selection_step=(results.get("selection") or {}).get("step"),
         stopped_early=results.get("stopped_early"),
         detail=None,
     )
     if run.get("sweep"):
-        rec["sweep"] = run["sweep"]
-    if rec["seed"] is not None:
-        rec["seed"] = int(rec["seed"])
-    rec["split"] = None if rec["split"] is None else str(rec["split"])
+        fields["sweep"] = run["sweep"]
+    seed, split = fields.get("seed", rec["seed"]), fields.get("split", rec["split"])
+    fields["seed"] = None if seed is None else int(seed)
+    fields["split"] = None if split is None else str(split)
+    return fields
 
-    rid = rec["run_id"]
-    val = _curve_rows(rid, results.get("val_curve"))
-    train = _curve_rows(rid, results.get("train_curve"))
-    if val:
-        rec["step"] = max(r["step"] for r in val)
-    test: list[dict] = []
+
+def _test_rows(rid: str, results: dict) -> list[dict]:
+    """One row per (policy, length, metric) test value; results without per-policy blocks
+    (older schema) count their `test` rows as the min_val_loss policy."""
     by_policy = dict(results.get("test_by_policy") or {})
     if "min_val_loss" not in by_policy and results.get("test"):
-        by_policy["min_val_loss"] = {"step": selection.get("step"), "rows": results["test"]}
-    for policy, block in by_policy.items():
-        for r in (block or {}).get("rows") or []:
-            if _is_number(r.get("value")) and r.get("length") is not None:
-                test.append(
-                    {
-                        "run_id": rid,
-                        "policy": policy,
-                        "policy_step": block.get("step"),
-                        "length": int(r["length"]),
-                        "metric": str(r.get("metric", "acc")),
-                        "value": float(r["value"]),
-                    }
-                )
-    return rec, val, train, test, warnings
+        step = (results.get("selection") or {}).get("step")
+        by_policy["min_val_loss"] = {"step": step, "rows": results["test"]}
+    return [
+        {
+            "run_id": rid,
+            "policy": policy,
+            "policy_step": block.get("step"),
+            "length": int(r["length"]),
+            "metric": str(r.get("metric", "acc")),
+            "value": float(r["value"]),
+        }
+        for policy, block in by_policy.items()
+        for r in (block or {}).get("rows") or []
+        if _is_number(r.get("value")) and r.get("length") is not None
+    ]
 
 
 def _is_number(x: Any) -> bool:
@@ -409,56 +429,71 @@ def _expected_cells(
         in_sweep = runs[runs["sweep_dir"] == str(sd)]
         grid = next((sd / g for g in GRID_FILES if (sd / g).is_file()), None)
         if grid is not None:
-            spec = json.loads(grid.read_text())
-            presets = in_sweep["preset"].dropna()
-            default = spec.get("preset") or (
-                Counter(presets).most_common(1)[0][0] if len(presets) else sd.resolve().name
-            )
-            for c in spec.get("cells", []):
-                # train.py -m writes split null and arch_tag "L8" for the Transformer.
-                model = str(c["model"])
-                tags = [str(t) for t in (c.get("split"), c.get("arch_tag")) if t is not None]
-                split = tags[0] if tags else None
-                label = next((observed[model, t] for t in tags if (model, t) in observed), None)
-                if label is None:
-                    key = model_key(
-                        model=model,
-                        split=split,
-                        feedback_interval=c.get("feedback_interval"),
-                        label=c.get("label"),
-                    )
-                    grid_models.append(key)
-                    label = key.label
-                cells.append(
-                    {
-                        "task": c["task"],
-                        "preset": c.get("preset", default),
-                        "label": label,
-                        "model": model,
-                        "split": split,
-                        "seed": int(c["seed"]),
-                    }
-                )
+            cells += _grid_file_cells(grid, sd, in_sweep, observed, grid_models)
         else:
-            for preset, grp in in_sweep.groupby("preset", dropna=False):
-                combos = grp.drop_duplicates("label")[["label", "model", "split"]]
-                for task in grp["task"].unique():
-                    for seed in grp["seed"].dropna().unique():
-                        for c in combos.itertuples():
-                            cells.append(
-                                {
-                                    "task": task,
-                                    "preset": preset,
-                                    "label": c.label,
-                                    "model": c.model,
-                                    "split": c.split,
-                                    "seed": int(seed),
-                                }
-                            )
+            cells += _cross_product_cells(in_sweep)
     cols = ["task", "preset", "label", "model", "split", "seed"]
     expected = pd.DataFrame.from_records(cells, columns=cols)
     expected = expected.drop_duplicates(["task", "preset", "label", "seed"], ignore_index=True)
     return expected, grid_models
+
+
+def _grid_file_cells(
+    grid: Path,
+    sweep_dir: Path,
+    in_sweep: pd.DataFrame,
+    observed: dict[tuple[str, str], str],
+    grid_models: list[ModelKey],
+) -> list[dict]:
+    """The cells a grid file lists, labelled as the observed runs of the same model and split
+    are; models nobody ran yet get a label of their own (appended to `grid_models`)."""
+    spec = json.loads(grid.read_text())
+    presets = in_sweep["preset"].dropna()
+    default = spec.get("preset") or (
+        Counter(presets).most_common(1)[0][0] if len(presets) else sweep_dir.resolve().name
+    )
+    cells = []
+    for c in spec.get("cells", []):
+        # train.py -m writes split null and arch_tag "L8" for the Transformer.
+        model = str(c["model"])
+        tags = [str(t) for t in (c.get("split"), c.get("arch_tag")) if t is not None]
+        split = tags[0] if tags else None
+        label = next((observed[model, t] for t in tags if (model, t) in observed), None)
+        if label is None:
+            key = model_key(
+                model=model,
+                split=split,
+                feedback_interval=c.get("feedback_interval"),
+                label=c.get("label"),
+            )
+            grid_models.append(key)
+            label = key.label
+        preset = c.get("preset", default)
+        cells.append(_cell(c["task"], preset, label, model, split, c["seed"]))
+    return cells
+
+
+def _cross_product_cells(in_sweep: pd.DataFrame) -> list[dict]:
+    """Without a grid file: every observed model x task x seed of the sweep, per preset."""
+    cells = []
+    for preset, grp in in_sweep.groupby("preset", dropna=False):
+        combos = grp.drop_duplicates("label")[["label", "model", "split"]]
+        for task in grp["task"].unique():
+            for seed in grp["seed"].dropna().unique():
+                for c in combos.itertuples():
+                    cells.append(_cell(task, preset, c.label, c.model, c.split, seed))
+    return cells
+
+
+def _cell(task: str, preset: str, label: str, model: str, split: str | None, seed) -> dict:
+    return {
+        "task": task,
+        "preset": preset,
+        "label": label,
+        "model": model,
+        "split": split,
+        "seed": int(seed),
+    }
 
 
 def _incomplete(runs: pd.DataFrame, expected: pd.DataFrame) -> pd.DataFrame:

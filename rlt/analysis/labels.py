@@ -41,9 +41,18 @@ _VARIANT_RANK = {
     "LSTM": 4,
     "DeltaNet [-1,1]": 5,
     "DeltaNet [0,1]": 6,
+    "Gated DeltaNet [-1,1]": 7,
+    "Gated DeltaNet [0,1]": 8,
 }
 # Baselines labelled by depth alone ("Transformer 8", "LSTM 2"): no split, no feedback.
-DEPTH_VARIANTS = ("Transformer", "LSTM", "DeltaNet [-1,1]", "DeltaNet [0,1]")
+DEPTH_VARIANTS = (
+    "Transformer",
+    "LSTM",
+    "DeltaNet [-1,1]",
+    "DeltaNet [0,1]",
+    "Gated DeltaNet [-1,1]",
+    "Gated DeltaNet [0,1]",
+)
 _MODEL_NAME = re.compile(r"^rlt[-_]?([012])(?:[-_]?b(\d+))?", re.IGNORECASE)
 _SPLIT = re.compile(r"^(\d+)\+(\d+)$")
 _LAYERS_TAG = re.compile(r"^L(\d+)$")
@@ -122,13 +131,9 @@ def model_key(
     n_dec = n_dec if n_dec is not None else pd_
     if n_layers is None and n_enc is not None and n_dec is not None:
         n_layers = n_enc + n_dec
-    if family == "transformer" or model.lower().startswith("transformer"):
-        return ModelKey("Transformer", None, None, None, n_layers, None)
-    if family == "lstm" or model.lower().startswith("lstm"):
-        return ModelKey("LSTM", None, None, None, n_layers, None)
-    if family == "deltanet" or model.lower().startswith("deltanet"):
-        variant = "DeltaNet [0,1]" if model.lower() == "deltanet01" else "DeltaNet [-1,1]"
-        return ModelKey(variant, None, None, None, n_layers, None)
+    baseline = _baseline_variant(model, family)
+    if baseline:
+        return ModelKey(baseline, None, None, None, n_layers, None)
 
     schedule = None
     if feedback_schedule:
@@ -159,6 +164,20 @@ def model_key(
     return ModelKey(variant, split, n_enc, n_dec, n_layers, feedback_interval, schedule)
 
 
+def _baseline_variant(model: str, family: str | None) -> str | None:
+    """The variant of a model known by depth alone (Transformer, LSTM, DeltaNet), else None."""
+    name = model.lower()
+    if family == "transformer" or name.startswith("transformer"):
+        return "Transformer"
+    if family == "lstm" or name.startswith("lstm"):
+        return "LSTM"
+    if name.startswith("gated_deltanet"):
+        return "Gated DeltaNet [0,1]" if name.endswith("01") else "Gated DeltaNet [-1,1]"
+    if family == "deltanet" or name.startswith("deltanet"):
+        return "DeltaNet [0,1]" if name == "deltanet01" else "DeltaNet [-1,1]"
+    return None
+
+
 def task_sort_key(task: str) -> tuple:
     return (TASK_ORDER.index(task), "") if task in TASK_ORDER else (len(TASK_ORDER), task)
 
@@ -171,6 +190,8 @@ _CMAPS = {
     "LSTM": "RdPu",
     "DeltaNet [-1,1]": "Reds",
     "DeltaNet [0,1]": "YlOrBr",
+    "Gated DeltaNet [-1,1]": "Purples",
+    "Gated DeltaNet [0,1]": "GnBu",
 }
 _MARKERS = "os^Dv<>p*hX"
 # Feedback schedules (issue 8), by their first chunk size B (bit length mod 4): B=8 purple,

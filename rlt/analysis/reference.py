@@ -29,65 +29,31 @@ def load_reference(path: str | Path | None = None) -> dict:
     return json.loads(path.read_text())
 
 
+_COMPARE_COLUMNS = [
+    "row",
+    "column",
+    "source",
+    "at",
+    "mean",
+    "sd",
+    "n",
+    "report_mean",
+    "report_sd",
+    "diff",
+    "n_report",
+    "note",
+]
+
+
 def compare_table(c: Collection, reference: dict, *, metric: str = "acc") -> Table:
     """Our mean ± SD next to the report's for every reference entry our runs can answer."""
     records = []
     unmatched = 0
     for e in reference["entries"]:
-        runs = c.used[(c.used["task"] == e["task"]) & (c.used["label"] == e["model"])]
-        if e.get("max_steps") is not None:
-            runs = runs[runs["max_steps"] == e["max_steps"]]
-        if e.get("seeds"):
-            runs = runs[runs["seed"].isin(e["seeds"])]
-        if e["kind"] == "val":
-            v = c.val[(c.val["metric"] == metric) & (c.val["step"] == e["step"])]
-            at = f"step {e['step']}"
-        else:
-            v = c.test[
-                (c.test["metric"] == metric)
-                & (c.test["length"] == e["length"])
-                & (c.test["policy"] == e.get("policy", "min_val_loss"))
-            ]
-            at = f"length {e['length']}"
-        v = v[v["run_id"].isin(runs["run_id"])]
-        if v.empty:
-            unmatched += 1
-            continue
-        stats = seed_stats(v.assign(value=v["value"] * 100), ["row"])
-        for s in stats.itertuples():
-            records.append(
-                {
-                    "row": s.row,
-                    "column": e["model"],
-                    "source": _TABLE_NAMES.get(e["table"], e["table"]),
-                    "at": at,
-                    "mean": s.mean,
-                    "sd": s.sd,
-                    "n": int(s.n),
-                    "report_mean": e["mean"],
-                    "report_sd": e.get("sd"),
-                    "diff": s.mean - e["mean"],
-                    "n_report": len(e.get("seeds") or (42, 43, 44)),
-                    "note": e.get("note", ""),
-                }
-            )
-    data = pd.DataFrame.from_records(
-        records,
-        columns=[
-            "row",
-            "column",
-            "source",
-            "at",
-            "mean",
-            "sd",
-            "n",
-            "report_mean",
-            "report_sd",
-            "diff",
-            "n_report",
-            "note",
-        ],
-    )
+        found = _entry_records(c, e, metric)
+        unmatched += not found
+        records += found
+    data = pd.DataFrame.from_records(records, columns=_COMPARE_COLUMNS)
     display = pd.DataFrame(
         {
             "task": data["row"].values,
@@ -113,6 +79,46 @@ def compare_table(c: Collection, reference: dict, *, metric: str = "acc") -> Tab
         index_header="source",
         notes=notes,
     )
+
+
+def _entry_records(c: Collection, e: dict, metric: str) -> list[dict]:
+    """Our seed statistics for one reference entry (one per collection row); [] if none."""
+    runs = c.used[(c.used["task"] == e["task"]) & (c.used["label"] == e["model"])]
+    if e.get("max_steps") is not None:
+        runs = runs[runs["max_steps"] == e["max_steps"]]
+    if e.get("seeds"):
+        runs = runs[runs["seed"].isin(e["seeds"])]
+    if e["kind"] == "val":
+        v = c.val[(c.val["metric"] == metric) & (c.val["step"] == e["step"])]
+        at = f"step {e['step']}"
+    else:
+        v = c.test[
+            (c.test["metric"] == metric)
+            & (c.test["length"] == e["length"])
+            & (c.test["policy"] == e.get("policy", "min_val_loss"))
+        ]
+        at = f"length {e['length']}"
+    v = v[v["run_id"].isin(runs["run_id"])]
+    if v.empty:
+        return []
+    stats = seed_stats(v.assign(value=v["value"] * 100), ["row"])
+    return [
+        {
+            "row": s.row,
+            "column": e["model"],
+            "source": _TABLE_NAMES.get(e["table"], e["table"]),
+            "at": at,
+            "mean": s.mean,
+            "sd": s.sd,
+            "n": int(s.n),
+            "report_mean": e["mean"],
+            "report_sd": e.get("sd"),
+            "diff": s.mean - e["mean"],
+            "n_report": len(e.get("seeds") or (42, 43, 44)),
+            "note": e.get("note", ""),
+        }
+        for s in stats.itertuples()
+    ]
 
 
 def _nan(x: object) -> float:

@@ -93,6 +93,24 @@ def cost_table(c: Collection) -> Table:
         index=[lab for lab in c.labels if lab in per_task.index], columns=rows
     )
 
+    data = pd.DataFrame.from_records(_cost_records(c, used, per_task))
+    return Table(
+        "cost",
+        "Training cost: mean seconds per optimizer step (excluding validation)",
+        _cost_display(data, rows),
+        data,
+        index_header="model",
+        notes=[
+            "ratios: per task against RLT-0 at the same split / the Transformer of the same "
+            "depth, averaged over the tasks both ran; machines must match for ratios to mean "
+            "anything"
+        ],
+    )
+
+
+def _cost_records(c: Collection, used: pd.DataFrame, per_task: pd.DataFrame) -> list[dict]:
+    """One record per model: mean s/step overall and per task, runs, ratios, train hours."""
+
     def ratio(lab: str, ref: str | None) -> float:
         if ref is None or ref not in per_task.index:
             return float("nan")
@@ -116,9 +134,12 @@ def cost_table(c: Collection) -> Table:
             if runs["train_seconds"].notna().any()
             else float("nan"),
         }
-        rec.update({f"sec_per_step[{r}]": per_task.loc[lab, r] for r in rows})
+        rec.update({f"sec_per_step[{r}]": per_task.loc[lab, r] for r in per_task.columns})
         records.append(rec)
-    data = pd.DataFrame.from_records(records)
+    return records
+
+
+def _cost_display(data: pd.DataFrame, rows: list[str]) -> pd.DataFrame:
     display = pd.DataFrame(index=pd.Index(data["row"]))
     for r in rows:
         display[r] = [_sec(v) for v in data[f"sec_per_step[{r}]"]]
@@ -127,18 +148,7 @@ def cost_table(c: Collection) -> Table:
     display["× RLT-0"] = [_ratio(v) for v in data["ratio_rlt0"]]
     display["× Transformer"] = [_ratio(v) for v in data["ratio_transformer"]]
     display["train h"] = [_ratio(v) for v in data["train_hours"]]
-    return Table(
-        "cost",
-        "Training cost: mean seconds per optimizer step (excluding validation)",
-        display,
-        data,
-        index_header="model",
-        notes=[
-            "ratios: per task against RLT-0 at the same split / the Transformer of the same "
-            "depth, averaged over the tasks both ran; machines must match for ratios to mean "
-            "anything"
-        ],
-    )
+    return display
 
 
 def _sec(v: float) -> str:

@@ -97,6 +97,11 @@ def seed_stats(values: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
     return out.reset_index()[cols]
 
 
+# The data columns of an accuracy table, one record per cell.
+_CELL_COLUMNS = ["row", "key", "column", "mean", "sd", "n", "n_expected"]
+_CELL_COLUMNS += ["min", "max", "seeds", "values"]
+
+
 def cell_table(
     values: pd.DataFrame,
     *,
@@ -139,20 +144,7 @@ def cell_table(
             )
             rec["n"] = int(rec["n"])
             records.append(rec)
-    cols = [
-        "row",
-        "key",
-        "column",
-        "mean",
-        "sd",
-        "n",
-        "n_expected",
-        "min",
-        "max",
-        "seeds",
-        "values",
-    ]
-    data = pd.DataFrame.from_records(records, columns=cols)
+    data = pd.DataFrame.from_records(records, columns=_CELL_COLUMNS)
     shown_rows = list(dict.fromkeys(data["row"]))
     shown_cols = [col for col in columns if col in set(data["column"])]
     display = pd.DataFrame("", index=pd.Index(shown_rows), columns=shown_cols, dtype=object)

@@ -125,6 +125,8 @@ class DeltaNetConfig(_CommonConfig):
     # auto: flash-linear-attention's Triton kernel on CUDA when that optional package is
     # installed (pip install -e ".[gpu]"), else the PyTorch forms; torch / fla force one.
     kernel: str = "auto"
+    # Gated DeltaNet: a data-dependent decay of the state before each update (rlt/models/deltanet.py).
+    gated: bool = False
 
     def __post_init__(self) -> None:
         if self.d_ff is None:
@@ -134,14 +136,16 @@ class DeltaNetConfig(_CommonConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        if not isinstance(self.neg_eigval, bool):
-            raise ValueError(f"neg_eigval must be true or false, got {self.neg_eigval!r}")
+        for name in ("neg_eigval", "gated"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.kernel not in ("auto", "torch", "fla"):
             raise ValueError(f"kernel must be auto, torch or fla, got {self.kernel!r}")
 
     @property
     def name(self) -> str:
-        return "deltanet" if self.neg_eigval else "deltanet01"
+        base = "gated_deltanet" if self.gated else "deltanet"
+        return base if self.neg_eigval else f"{base}01"
 
 
 @dataclass(kw_only=True)

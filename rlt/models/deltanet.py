@@ -23,10 +23,20 @@ Two equal forms of the recurrence (tested equal in outputs and gradients in floa
 ``recurrent_delta`` (token by token, the reference and the streaming step) and ``chunked_delta``
 (the UT/WY representation: within a chunk of C positions the state updates are one triangular
 solve, across chunks a short sequential loop), used for training.
+
+Gated DeltaNet (Yang, Kautz and Hatamizadeh, ICLR 2025), ``gated=True``: the state decays by a
+data-dependent alpha_t = exp(g_t) in (0, 1] per head before each update,
+
+    S_t = alpha_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,
+
+with g_t = -exp(A_log) softplus(W_a x_t + dt_bias) (the Mamba-2 parameterisation). With
+``neg_eigval`` the transition's eigenvalues lie in (-alpha_t, alpha_t], the [-1, 1] variant of
+the later work. Both forms take the decay; the fla kernel path is not wired for it.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -42,13 +52,17 @@ from rlt.models.config import DeltaNetConfig
 # The delta rule: two forms of one recurrence
 # --------------------------------------------------------------------------------------------
 def recurrent_delta(
-    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, state: Tensor
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, state: Tensor, g: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
     """Token-by-token delta rule. q, k (N, H, T, Dk), v (N, H, T, Dv), beta (N, H, T),
-    state (N, H, Dk, Dv) -> outputs (N, H, T, Dv) and the state after the last position."""
+    state (N, H, Dk, Dv) -> outputs (N, H, T, Dv) and the state after the last position.
+    ``g`` (N, H, T): the log decay of the gated delta rule (S_{t-1} -> exp(g_t) S_{t-1} before
+    the update); None = no decay."""
     outs = []
     for t in range(q.shape[2]):
         kt, vt, bt = k[:, :, t], v[:, :, t], beta[:, :, t, None]  # (N, H, Dk), (N, H, Dv)
+        if g is not None:
+            state = state * g[:, :, t, None, None].exp()
         predicted = torch.einsum("nhk,nhkv->nhv", kt, state)  # S^T k: what the state recalls
         state = state + torch.einsum("nhk,nhv->nhkv", kt, bt * (vt - predicted))
         outs.append(torch.einsum("nhk,nhkv->nhv", q[:, :, t], state))
@@ -56,44 +70,77 @@ def recurrent_delta(
 
 
 def chunked_delta(
-    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, state: Tensor, chunk: int
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    state: Tensor,
+    chunk: int,
+    g: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The same recurrence in chunks of ``chunk`` positions (any T; the last chunk is padded
-    with k = v = q = beta = 0, which leaves the state unchanged).
+    with k = v = q = beta = g = 0, which leaves the state unchanged).
 
     Inside a chunk with start state S0, the new values u_i = beta_i (v_i - S_{i-1}^T k_i)
     satisfy (I + A) U = diag(beta) (V - K S0) with A = strictly_lower(diag(beta) K K^T), a unit
     lower-triangular system (the UT transform); then O = Q S0 + tril(Q K^T) U and
     S_C = S0 + K^T U. Everything but the S0 terms is computed for all chunks at once.
+
+    With the gate (``g``, log decays), let G_i be the sum of g over the chunk up to i and
+    D_ij = exp(G_i - G_j) (j <= i): A and tril(Q K^T) are weighted by D, the S0 terms by
+    exp(G_i) (K S0 -> diag(exp G) K S0, Q S0 -> diag(exp G) Q S0), and
+    S_C = exp(G_C) S0 + (diag(exp(G_C - G)) K)^T U.
     """
     n, h, t, dk = k.shape
     pad = (-t) % chunk
     if pad:
         q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
         beta = F.pad(beta, (0, pad))
+        g = None if g is None else F.pad(g, (0, pad))
     c = (t + pad) // chunk
     q, k, v = (x.reshape(n, h, c, chunk, x.shape[-1]) for x in (q, k, v))
     beta = beta.reshape(n, h, c, chunk, 1)
     eye = torch.eye(chunk, dtype=k.dtype, device=k.device)
     strict = torch.tril(torch.ones(chunk, chunk, dtype=torch.bool, device=k.device), -1)
-    unit_lower = eye + (beta * (k @ k.transpose(-1, -2))).masked_fill(~strict, 0)
-    # U = T diag(beta) V and W = T diag(beta) K with T = (I + A)^-1, for all chunks at once.
-    w = torch.linalg.solve_triangular(unit_lower, beta * k, upper=False, unitriangular=True)
-    u = torch.linalg.solve_triangular(unit_lower, beta * v, upper=False, unitriangular=True)
+    kk = k @ k.transpose(-1, -2)
     qk = torch.tril(q @ k.transpose(-1, -2))  # (N, H, C, chunk, chunk), diagonal included
+    k_s0 = beta * k  # the rows that meet S0 in the UT system
+    if g is not None:
+        cum = g.reshape(n, h, c, chunk).cumsum(-1)  # G_i
+        lower = strict | eye.bool()
+        decay = (cum[..., :, None] - cum[..., None, :]).masked_fill(~lower, -torch.inf).exp()
+        kk, qk = kk * decay, qk * decay
+        k_s0 = k_s0 * cum[..., None].exp()
+        q_s0 = q * cum[..., None].exp()
+        k_end = k * (cum[..., -1:] - cum)[..., None].exp()  # decayed to the chunk's end
+        s_end = cum[..., -1].exp()[..., None, None]  # (N, H, C, 1, 1)
+    unit_lower = eye + (beta * kk).masked_fill(~strict, 0)
+    # U = T diag(beta) V and W = T diag(beta) K with T = (I + A)^-1, for all chunks at once.
+    w = torch.linalg.solve_triangular(unit_lower, k_s0, upper=False, unitriangular=True)
+    u = torch.linalg.solve_triangular(unit_lower, beta * v, upper=False, unitriangular=True)
     outs = []
     for i in range(c):
         new = u[:, :, i] - w[:, :, i] @ state  # (N, H, chunk, Dv): values given the start state
-        outs.append(q[:, :, i] @ state + qk[:, :, i] @ new)
-        state = state + k[:, :, i].transpose(-1, -2) @ new
+        if g is None:
+            outs.append(q[:, :, i] @ state + qk[:, :, i] @ new)
+            state = state + k[:, :, i].transpose(-1, -2) @ new
+        else:
+            outs.append(q_s0[:, :, i] @ state + qk[:, :, i] @ new)
+            state = s_end[:, :, i] * state + k_end[:, :, i].transpose(-1, -2) @ new
     out = torch.stack(outs, dim=2).reshape(n, h, c * chunk, -1)
     return out[:, :, :t], state
 
 
-def use_fla(kernel: str, x: Tensor) -> bool:
+def use_fla(kernel: str, x: Tensor, gated: bool = False) -> bool:
     """Whether to run flash-linear-attention's kernel: ``kernel=fla`` (an error without CUDA or
-    the package), or ``auto`` on a CUDA tensor with the package installed."""
-    if kernel == "torch" or (kernel == "auto" and not x.is_cuda):
+    the package), or ``auto`` on a CUDA tensor with the package installed. The gated delta
+    rule always runs the PyTorch forms here (``kernel=fla`` with the gate is an error)."""
+    if kernel == "fla" and gated:
+        raise ValueError(
+            "model.kernel=fla is not wired for the gated delta rule (model.gated=true); use "
+            "model.kernel=torch or auto"
+        )
+    if kernel == "torch" or gated or (kernel == "auto" and not x.is_cuda):
         return False
     try:
         import fla.ops.delta_rule  # noqa: F401
@@ -173,6 +220,21 @@ class DeltaNetLayer(nn.Module):
         self.o_norm = nn.RMSNorm(self.head_dim, eps=config.norm_eps)
         self.out = nn.Linear(d, d, bias=False)
         self.out.is_residual = True
+        if config.gated:
+            # Gated DeltaNet's decay, parameterised as in Mamba-2: g = -exp(A_log) *
+            # softplus(W_a x + dt_bias) <= 0, A in [1, 16] and dt in [1e-3, 0.1] at init.
+            self.decay = nn.Linear(d, h, bias=False)
+            self.A_log = nn.Parameter(torch.empty(h).uniform_(1, 16).log())
+            dt = torch.empty(h).uniform_(math.log(1e-3), math.log(0.1)).exp()
+            self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1(dt)
+
+    def log_decay(self, x: Tensor) -> Tensor | None:
+        """The gated delta rule's log decay g (N, H, t) <= 0 from the block input; None when
+        the layer is not gated."""
+        if not self.config.gated:
+            return None
+        dt = F.softplus(self.decay(x) + self.dt_bias)
+        return (-self.A_log.exp() * dt).transpose(1, 2)
 
     def _mix_inputs(
         self, x: Tensor, conv_state: Tensor
@@ -200,12 +262,13 @@ class DeltaNetLayer(nn.Module):
 
     def forward(self, x: Tensor, state: DeltaNetLayerState) -> tuple[Tensor, DeltaNetLayerState]:
         q, k, v, beta, conv = self._mix_inputs(x, state.conv)
-        if use_fla(self.config.kernel, x):
+        g = self.log_decay(x)
+        if use_fla(self.config.kernel, x, self.config.gated):
             o, s = fla_delta(q, k, v, beta, state.s)
         elif x.shape[1] > 1 and self.config.chunk_size > 1:
-            o, s = chunked_delta(q, k, v, beta, state.s, self.config.chunk_size)
+            o, s = chunked_delta(q, k, v, beta, state.s, self.config.chunk_size, g)
         else:
-            o, s = recurrent_delta(q, k, v, beta, state.s)
+            o, s = recurrent_delta(q, k, v, beta, state.s, g)
         return self._output(x, o), DeltaNetLayerState(conv, s)
 
 

@@ -96,7 +96,13 @@ def precheck_overrides(argv: list[str]) -> None:
 
     from rlt.training.spec import _FAMILIES, _MODEL_META
 
-    families = {**_FAMILIES, "deltanet01": _FAMILIES["deltanet"]}
+    delta = _FAMILIES["deltanet"]
+    families = {
+        **_FAMILIES,
+        "deltanet01": delta,
+        "gated_deltanet": delta,
+        "gated_deltanet01": delta,
+    }
     meta = {*_MODEL_META, "feedback_interval"}
     model = next((a.split("=", 1)[1] for a in argv if a.startswith("model=")), "rlt1")
     family = "transformer" if model.startswith("transformer") else model

@@ -54,33 +54,16 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
     run_dir = spec.run_dir
     cell = spec.identity["cell"]
     results_path = run_dir / rundir.RESULTS
-    status = rundir.read_json(run_dir / rundir.STATUS, corrupt_ok=True) or {}
     if not cfg.force:
         _check_same_config(spec)
-    finished = results_path.exists() and status.get("state") == "done" and not cfg.force
-    if finished and rundir.read_json(results_path, corrupt_ok=True) is None:
-        say(
-            f"[repair] {cell}: {results_path} is unreadable; evaluating the finished run again "
-            "from its checkpoints"
-        )
-        finished = False
-    if finished:
+    if _finished(spec, cfg):
         say(f"[skipped] {cell}: already done; results in {results_path} (force=true retrains)")
         if cfg.print_table and not hydra_support.is_multirun():
             with contextlib.suppress(Exception):
                 print_table(rundir.read_json(results_path))
         return {"state": "skipped", "run_dir": str(run_dir)}
 
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write_test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        raise ConfigError(
-            f"cannot write to the run directory {run_dir} ({e.strerror}); make it writable or "
-            "put the run elsewhere with root=DIR"
-        ) from e
+    _check_writable(run_dir)
     with _run_lock(run_dir) as acquired:
         if not acquired:
             say(f"[busy] {cell}: another process is training this run ({run_dir / '.lock'})")
@@ -100,21 +83,56 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
             stop = _stop_reason(e)
             if stop is not None:
                 return _stopped(spec, stop, e, raise_on_failure)
-            rundir.write_status(
-                run_dir,
-                "failed",
-                error=f"{type(e).__name__}: {e}",
-                traceback=traceback.format_exc(),
-            )
-            say(
-                f"[failed] {cell}: {type(e).__name__}: {e} (traceback in {run_dir / rundir.STATUS})"
-            )
-            if raise_on_failure or isinstance(e, KeyboardInterrupt):
-                raise
-            return {"state": "failed", "run_dir": str(run_dir), "error": str(e)}
+            return _failed(spec, e, raise_on_failure)
     state = "resumed" if resuming else "done"
     say(f"[{state}] {cell}: results in {results_path}")
     return {"state": state, "run_dir": str(run_dir), "results": result}
+
+
+def _finished(spec: RunSpec, cfg: DictConfig) -> bool:
+    """Whether the run is done and its results readable (then it is skipped). A done run whose
+    results.json does not parse is evaluated again from its checkpoints ("[repair]")."""
+    results_path = spec.run_dir / rundir.RESULTS
+    status = rundir.read_json(spec.run_dir / rundir.STATUS, corrupt_ok=True) or {}
+    finished = results_path.exists() and status.get("state") == "done" and not cfg.force
+    if finished and rundir.read_json(results_path, corrupt_ok=True) is None:
+        say(
+            f"[repair] {spec.identity['cell']}: {results_path} is unreadable; evaluating the "
+            "finished run again from its checkpoints"
+        )
+        return False
+    return finished
+
+
+def _check_writable(run_dir: Path) -> None:
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write_test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(
+            f"cannot write to the run directory {run_dir} ({e.strerror}); make it writable or "
+            "put the run elsewhere with root=DIR"
+        ) from e
+
+
+def _failed(spec: RunSpec, e: BaseException, raise_on_failure: bool) -> dict[str, Any]:
+    """Record a run that raised as failed (error and traceback in status.json); re-raise
+    unless the caller collects failures (a grid)."""
+    rundir.write_status(
+        spec.run_dir,
+        "failed",
+        error=f"{type(e).__name__}: {e}",
+        traceback=traceback.format_exc(),
+    )
+    say(
+        f"[failed] {spec.identity['cell']}: {type(e).__name__}: {e} "
+        f"(traceback in {spec.run_dir / rundir.STATUS})"
+    )
+    if raise_on_failure or isinstance(e, KeyboardInterrupt):
+        raise e
+    return {"state": "failed", "run_dir": str(spec.run_dir), "error": str(e)}
 
 
 def _stop_reason(e: BaseException) -> str | None:

@@ -124,6 +124,14 @@ def test_a_single_run_directory_is_a_valid_input(sweep: Path) -> None:
             {"model": "rlt2", "split": "4+4", "feedback_schedule": [[0, 8], [100, 4], [200, 1]]},
             "RLT-2 B=8→4→1 4+4",
         ),
+        ({"model": "lstm", "split": "L2"}, "LSTM 2"),
+        ({"model": "deltanet", "family": "deltanet", "n_layers": 2}, "DeltaNet [-1,1] 2"),
+        ({"model": "deltanet01", "split": "L2"}, "DeltaNet [0,1] 2"),
+        (
+            {"model": "gated_deltanet", "family": "deltanet", "split": "L2"},
+            "Gated DeltaNet [-1,1] 2",
+        ),
+        ({"model": "gated_deltanet01", "split": "L8"}, "Gated DeltaNet [0,1] 8"),
     ],
 )
 def test_model_labels(fields: dict, label: str) -> None:

@@ -4,6 +4,8 @@ through its state, and the [0, 1] range cannot reflect."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -33,8 +35,9 @@ def random_inputs(n=2, h=3, t=23, dk=5, dv=4, seed=0, neg=True):
     return q, k, v, beta, s0
 
 
-def naive_delta(q, k, v, beta, s0):
-    """The delta rule with explicit transition matrices, one head and position at a time."""
+def naive_delta(q, k, v, beta, s0, g=None):
+    """The delta rule with explicit transition matrices, one head and position at a time;
+    with log decays g, the gated rule S = alpha (I - beta k k^T) S + beta k v^T."""
     n, h, t, dk = k.shape
     out = torch.zeros(n, h, t, v.shape[-1], dtype=q.dtype)
     s = s0.clone()
@@ -43,7 +46,8 @@ def naive_delta(q, k, v, beta, s0):
             state = s0[a, b]
             for i in range(t):
                 kk = k[a, b, i][:, None]
-                transition = torch.eye(dk, dtype=q.dtype) - beta[a, b, i] * kk @ kk.T
+                alpha = 1.0 if g is None else math.exp(g[a, b, i])
+                transition = alpha * (torch.eye(dk, dtype=q.dtype) - beta[a, b, i] * kk @ kk.T)
                 state = transition @ state + beta[a, b, i] * kk @ v[a, b, i][None, :]
                 out[a, b, i] = state.T @ q[a, b, i]
             s[a, b] = state
@@ -73,6 +77,57 @@ def test_chunked_and_recurrent_gradients_agree():
         assert torch.allclose(a, b, atol=1e-9)
 
 
+def random_log_decay(n=2, h=3, t=23, seed=0):
+    """Log decays with alpha = exp(g) spread over (0.3, 1]: strong and weak forgetting."""
+    g = torch.Generator().manual_seed(seed + 100)
+    return torch.rand(n, h, t, generator=g, dtype=torch.float64).mul(1.2).neg()
+
+
+@pytest.mark.parametrize(("t", "chunk"), [(23, 4), (16, 16), (5, 8), (1, 3), (40, 7)])
+def test_gated_chunked_equals_recurrent_equals_naive(t, chunk):
+    q, k, v, beta, s0 = random_inputs(t=t, seed=t + chunk)
+    g = random_log_decay(t=t, seed=t)
+    ref_o, ref_s = naive_delta(q, k, v, beta, s0, g)
+    rec_o, rec_s = recurrent_delta(q, k, v, beta, s0, g)
+    ch_o, ch_s = chunked_delta(q, k, v, beta, s0, chunk, g)
+    for o, s in ((rec_o, rec_s), (ch_o, ch_s)):
+        assert torch.allclose(o, ref_o, atol=1e-10) and torch.allclose(s, ref_s, atol=1e-10)
+    # and the decay matters: without it the result differs
+    assert not torch.allclose(recurrent_delta(q, k, v, beta, s0)[0], ref_o, atol=1e-3)
+
+
+def test_gated_chunked_and_recurrent_gradients_agree():
+    inputs = [x.requires_grad_() for x in (*random_inputs(t=19, seed=4), random_log_decay(t=19))]
+    grads = []
+    for fn in (
+        lambda q, k, v, b, s, g: recurrent_delta(q, k, v, b, s, g),
+        lambda q, k, v, b, s, g: chunked_delta(q, k, v, b, s, 5, g),
+    ):
+        o, s = fn(*inputs)
+        (o.sin().sum() + s.cos().sum()).backward()
+        grads.append([x.grad.clone() for x in inputs])
+        for x in inputs:
+            x.grad = None
+    for a, b in zip(*grads):
+        assert torch.allclose(a, b, atol=1e-9)
+
+
+def test_gated_layer_decays_within_zero_one_and_only_when_gated():
+    torch.manual_seed(0)
+    gated = DeltaNetLayer(DeltaNetConfig(d_model=16, n_heads=2, n_layers=1, gated=True))
+    plain = DeltaNetLayer(DeltaNetConfig(d_model=16, n_heads=2, n_layers=1))
+    x = torch.randn(4, 9, 16) * 3
+    alpha = gated.log_decay(x).exp()
+    assert alpha.shape == (4, 2, 9) and (alpha > 0).all() and (alpha <= 1).all()
+    assert alpha.min() < 0.999  # it does forget
+    assert plain.log_decay(x) is None
+    extra = {n for n, _ in gated.named_parameters()} - {n for n, _ in plain.named_parameters()}
+    assert extra == {"decay.weight", "A_log", "dt_bias"}
+    with pytest.raises(ValueError, match="kernel=torch"):
+        use_fla("fla", x, gated=True)
+    assert use_fla("auto", x, gated=True) is False
+
+
 def make(neg=True, chunk=4, seed=0, **kw):
     torch.manual_seed(seed)
     cfg = DeltaNetConfig(d_model=24, n_heads=3, n_layers=2, neg_eigval=neg, chunk_size=chunk, **kw)
@@ -80,9 +135,9 @@ def make(neg=True, chunk=4, seed=0, **kw):
 
 
 @pytest.mark.parametrize("prompt_len", [0, 1, 6, 13])
-@pytest.mark.parametrize("neg", [True, False])
-def test_streaming_equals_forward(prompt_len, neg, tokens):
-    model = make(neg=neg, chunk=4)
+@pytest.mark.parametrize(("neg", "gated"), [(True, False), (False, False), (True, True)])
+def test_streaming_equals_forward(prompt_len, neg, gated, tokens):
+    model = make(neg=neg, chunk=4, gated=gated)
     with torch.no_grad():
         full = model(tokens)
         logits, state = model.prefill(tokens[:, :prompt_len], model.init_state(tokens.shape[0]))
@@ -106,9 +161,11 @@ def test_prefill_in_pieces_not_multiple_of_chunk(tokens):
 
 def test_parameter_count_is_matched_to_the_transformer():
     for d, layers in ((512, 8), (64, 2), (64, 4)):
-        delta = count_parameters(DeltaNetConfig(d_model=d, n_heads=4, n_layers=layers))
         tf = count_parameters(TransformerConfig(d_model=d, n_heads=4, n_layers=layers))
-        assert abs(delta / tf - 1) < 0.03, (d, layers, delta, tf)
+        for gated in (False, True):
+            cfg = DeltaNetConfig(d_model=d, n_heads=4, n_layers=layers, gated=gated)
+            delta = count_parameters(cfg)
+            assert abs(delta / tf - 1) < 0.03, (d, layers, gated, delta, tf)
 
 
 # -- parity through the state ----------------------------------------------------------------

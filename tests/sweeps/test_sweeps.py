@@ -173,8 +173,8 @@ def test_submitit_local_executor(tmp_path):
         ("tiny", 8, 8),
         ("schedule", 30, 30),
         ("laptop", 36, 36),
-        ("baselines_laptop", 30, 30),
-        ("baselines", 60, 60),
+        ("baselines_laptop", 36, 36),
+        ("baselines", 72, 72),
     ],
 )
 def test_presets_have_their_documented_cell_counts(sweep, distinct, jobs):

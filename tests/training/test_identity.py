@@ -232,12 +232,18 @@ def test_deltanet_is_parameter_matched_to_the_transformer_at_each_scale(scale, s
     from rlt.training.spec import model_config
 
     counts = {}
-    for model in ("deltanet", "deltanet01", "transformer"):
+    for model in ("deltanet", "deltanet01", "gated_deltanet", "transformer"):
         cfg = compose_cfg([f"model={model}", f"scale={scale}", f"split={split}"])
         _, config_cls, kwargs = model_config(cfg)
         counts[model] = count_parameters(config_cls(**kwargs))
+        assert kwargs.get("gated", False) == (model == "gated_deltanet")
     assert counts["deltanet"] == counts["deltanet01"]
-    assert abs(counts["deltanet"] / counts["transformer"] - 1) < 0.03, counts
+    # the gate adds a d x H projection and 2 H scalars per layer
+    heads, layers = 4, (2 if scale == "laptop" else 8)
+    d = 64 if scale == "laptop" else 512
+    assert counts["gated_deltanet"] - counts["deltanet"] == layers * (d * heads + 2 * heads)
+    for model in ("deltanet", "gated_deltanet"):
+        assert abs(counts[model] / counts["transformer"] - 1) < 0.03, counts
 
 
 def test_early_stop_ends_the_run_and_a_rerun_keeps_it(tmp_path):
