@@ -70,20 +70,21 @@ def parameter_rows(**overrides: int) -> list[dict[str, object]]:
                 difference=None,
             )
         )
-        rows.append(
-            dict(
-                model=f"DeltaNet {layers}",
-                split="-",
-                params=count_parameters(
-                    DeltaNetConfig(
-                        n_layers=layers,
-                        **{**common, "d_ff": common["d_ff"] - common["d_model"] // 3},
-                    )
-                ),
-                rlt0=None,
-                difference=None,
+        for name, gated in ((f"DeltaNet {layers}", False), (f"Gated DeltaNet {layers}", True)):
+            delta = DeltaNetConfig(
+                n_layers=layers,
+                gated=gated,
+                **{**common, "d_ff": common["d_ff"] - common["d_model"] // 3},
             )
-        )
+            rows.append(
+                dict(
+                    model=name,
+                    split="-",
+                    params=count_parameters(delta),
+                    rlt0=None,
+                    difference=None,
+                )
+            )
         for split in splits:
             rlt1 = count_parameters(RLTConfig.from_split(split, feedback_interval=1, **common))
             rlt0 = count_parameters(RLTConfig.from_split(split, feedback_interval=None, **common))
@@ -97,12 +98,12 @@ def parameter_rows(**overrides: int) -> list[dict[str, object]]:
 
 def format_parameter_table(rows: list[dict[str, object]]) -> str:
     lines = [
-        f"{'model':<16}{'split':>6}{'params':>14}{'M':>8}{'RLT-0':>14}{'M':>8}{'RLT-1 - RLT-0':>15}",
+        f"{'model':<18}{'split':>6}{'params':>14}{'M':>8}{'RLT-0':>14}{'M':>8}{'RLT-1 - RLT-0':>15}",
     ]
     for r in rows:
         rlt0 = "" if r["rlt0"] is None else f"{r['rlt0']:>14,}{r['rlt0'] / 1e6:>8.2f}"
         diff = "" if r["difference"] is None else f"{r['difference']:>15,}"
         lines.append(
-            f"{r['model']:<16}{r['split']:>6}{r['params']:>14,}{r['params'] / 1e6:>8.2f}{rlt0}{diff}"
+            f"{r['model']:<18}{r['split']:>6}{r['params']:>14,}{r['params'] / 1e6:>8.2f}{rlt0}{diff}"
         )
     return "\n".join(lines)

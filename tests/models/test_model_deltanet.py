@@ -284,3 +284,15 @@ def test_kernel_choice_off_cuda():
         use_fla("fla", x)
     with pytest.raises(ValueError, match="kernel must be"):
         DeltaNetConfig(d_model=24, n_heads=3, n_layers=1, kernel="triton")
+
+
+def test_parameter_table_lists_both_deltanets_matched_to_the_transformer():
+    from rlt.models.build import PAPER, parameter_rows
+
+    rows = {r["model"]: r["params"] for r in parameter_rows()}
+    d, h = PAPER["d_model"], PAPER["n_heads"]
+    for layers in (8, 16):
+        tf = rows[f"Transformer {layers}"]
+        plain, gated = rows[f"DeltaNet {layers}"], rows[f"Gated DeltaNet {layers}"]
+        assert abs(plain / tf - 1) < 0.03 and abs(gated / tf - 1) < 0.03
+        assert gated - plain == layers * (d * h + 2 * h)  # W_a, A_log and dt_bias per layer
