@@ -96,19 +96,13 @@ def precheck_overrides(argv: list[str]) -> None:
 
     from rlt.training.spec import _FAMILIES, _MODEL_META
 
-    delta = _FAMILIES["deltanet"]
-    families = {
-        **_FAMILIES,
-        "deltanet01": delta,
-        "gated_deltanet": delta,
-        "gated_deltanet01": delta,
-    }
     meta = {*_MODEL_META, "feedback_interval"}
     model = next((a.split("=", 1)[1] for a in argv if a.startswith("model=")), "rlt1")
-    family = "transformer" if model.startswith("transformer") else model
-    family = family if family in families else "rlt"
+    family = _model_family(model)
+    if family not in _FAMILIES:
+        return  # an unknown model or family: Hydra and prepare() report it
     sized = {"d_model", "n_heads", "d_ff", "n_enc", "n_dec", "n_layers", "vocab_size"}
-    valid = sorted({f.name for f in dataclasses.fields(families[family])} - sized | meta)
+    valid = sorted({f.name for f in dataclasses.fields(_FAMILIES[family])} - sized | meta)
     for arg in argv:
         key = arg.split("=", 1)[0]
         if key.startswith("model.") and "=" in arg and key[len("model.") :] not in valid:
@@ -118,6 +112,15 @@ def precheck_overrides(argv: list[str]) -> None:
                 file=sys.stderr,
             )
             sys.exit(2)
+
+
+def _model_family(model: str) -> str:
+    """The ``family`` a model file (conf/model/<model>.yaml) declares; RLT models inherit it
+    from conf/model_base/rlt.yaml, so a file without the key is the rlt family."""
+    path = Path(__file__).resolve().parents[2] / "conf" / "model" / f"{model}.yaml"
+    if not path.is_file():
+        return "rlt"
+    return str(OmegaConf.load(path).get("family", "rlt"))
 
 
 class SweepSummary(Callback):

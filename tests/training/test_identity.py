@@ -317,3 +317,27 @@ def test_state_share_matches_a_direct_computation():
             s = s_next
     assert got["state_share"] == pytest.approx(sum(ratios) / len(ratios), rel=1e-5)
     assert got["gate"] == pytest.approx(sum(gates) / len(gates), rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("model", "delta_family"),
+    [
+        ("gated_deltanet", True),
+        ("gated_deltanet01", True),
+        ("deltanet01", True),
+        ("lstm", False),
+        ("rlt2_sched_4to1", False),
+        ("transformer", False),
+    ],
+)
+def test_model_key_check_reads_the_family_from_the_model_file(model, delta_family, capsys):
+    from rlt.training.hydra_support import precheck_overrides
+
+    if delta_family:
+        precheck_overrides([f"model={model}", "model.gated=false"])  # a key of its family
+    with pytest.raises(SystemExit):
+        precheck_overrides([f"model={model}", "model.nope=1"])
+    listed = capsys.readouterr().err
+    assert "model.nope is not a model key" in listed
+    assert ("model.neg_eigval" in listed and "model.gated" in listed) == delta_family
+    assert ("model.window" in listed and "model.tbptt" in listed) == model.startswith("rlt")
