@@ -172,7 +172,7 @@ def test_submitit_local_executor(tmp_path):
         ("parity16_small", 10, 18),
         ("tiny", 8, 8),
         ("schedule", 30, 30),
-        ("laptop", 36, 36),
+        ("laptop", 42, 42),
         ("baselines_laptop", 36, 36),
         ("baselines", 72, 72),
     ],
