@@ -6,7 +6,8 @@ python train.py -m task=parity,s5_swaps split=4+4,5+3 seed=42,43,44
 python train.py -m sweep=main                     # the report's depth-8 grid
 
 A configuration error prints one line naming the key and the fix (exit status 2); set
-RLT_DEBUG=1 for the traceback.
+RLT_DEBUG=1 for the traceback. Every cell of the command is checked before Hydra creates any
+directory (hydra_support.precheck), so a refused command leaves root as it was.
 """
 
 import os
@@ -36,5 +37,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    hydra_support.precheck_overrides(sys.argv[1:])
+    hydra_support.precheck(sys.argv[1:])
     main()

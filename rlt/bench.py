@@ -397,7 +397,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.positions = sorted(int(p) for p in args.positions.split(","))
     if args.cuda_graph and args.device != "cuda":
         parser.error("--cuda-graph needs --device cuda")
+    _check_args(parser, args)
     return args
+
+
+def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Bad values end with one usage line naming the option, not a traceback."""
+    for name in ("threads", "repeats", "batch", "length", "d_model", "n_heads", "stream_batch"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if args.warmup < 0:
+        parser.error(f"--warmup must be >= 0, got {args.warmup}")
+    if args.d_model % args.n_heads:
+        parser.error(f"--n-heads ({args.n_heads}) must divide --d-model ({args.d_model})")
+    try:
+        parse_split(args.split)
+    except ValueError as e:
+        parser.error(f"--split: {e}")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: this machine has no CUDA (use --device cpu)")
+    if any(p < 1 for p in args.positions):
+        parser.error("--positions must be positive integers")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -11,6 +11,7 @@ split for the RLT family, ``L<n>`` for depth-only baselines) unless Hydra's ``hy
     status.json         state (RUN_STATES), step, max_steps, best_val_acc, error, traceback,
                         slurm (job id, queue id, restart count, node) inside a SLURM job
     results.json        everything analysis needs (README "results.json")
+    results.replaced.json  the results a force=true retrain replaces (moved aside at its start)
     diagnostics.json    feedback-path diagnostics (callbacks.diagnostics_every), optional
     train.log           progress lines (and Hydra's log)
     csv/metrics.csv     Lightning's CSV log
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = "results.json"
+REPLACED_RESULTS = "results.replaced.json"  # a forced retrain's predecessor, set aside
 STATUS = "status.json"
 CONFIG = "config.yaml"
 DIAGNOSTICS = "diagnostics.json"
@@ -151,7 +153,7 @@ def read_json(path: str | Path, *, corrupt_ok: bool = False) -> dict | None:
 def write_status(run_dir: str | Path, state: str, **fields: Any) -> dict:
     """Update ``status.json`` (a state of RUN_STATES plus progress fields), keeping old fields."""
     path = Path(run_dir) / STATUS
-    status = read_json(path) or {}
+    status = read_json(path, corrupt_ok=True) or {}  # a damaged status is replaced
     status.update(fields)
     status["state"] = state
     status["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")

@@ -45,6 +45,9 @@ def cell_states(sweep_dir: str | Path) -> list[dict[str, Any]]:
         status = statuses[cell]
         job = (status.get("slurm") or {}).get("queue_id")
         state = status.get("state", "missing" if not d.exists() else "pending")
+        if not status and (d / rundir.STATUS).exists():
+            state = "unreadable"  # status.json does not parse: a relaunch repairs it
+            status = {"error": f"{rundir.STATUS} does not parse; the same command repairs it"}
         if state == "done" and not (d / rundir.RESULTS).exists():
             state = "incomplete"
         elif state == "done" and _read(d / rundir.RESULTS) is None:

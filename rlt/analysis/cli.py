@@ -34,6 +34,25 @@ def _lengths(values: list[str] | None, flag: str) -> Lengths:
     return out
 
 
+def _untested_lengths(c, lengths: Lengths) -> str | None:
+    """A message when a requested Table 2 length was tested by no run (of its task)."""
+    if lengths is None or c.test.empty:
+        return None
+    tested = c.test.groupby("task")["length"].apply(lambda s: sorted({int(x) for x in s}))
+    wanted = lengths if isinstance(lengths, dict) else dict.fromkeys(tested.index, lengths)
+    for task, n in wanted.items():
+        if task not in tested.index:
+            return f"no run of task {task!r}; tasks: {', '.join(tested.index)}"
+        if n not in tested[task] and not (isinstance(lengths, int) and _any_tested(tested, n)):
+            return f"{task} was not tested at length {n}; tested lengths: {tested[task]}"
+    return None
+
+
+def _any_tested(tested, n: int) -> bool:
+    """One --length N for every task is fine when at least one task was tested at N."""
+    return any(n in lengths for lengths in tested)
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "sweep_dirs",
@@ -88,6 +107,10 @@ def tables_main(argv: Sequence[str] | None = None) -> int:
         c = collect(a.sweep_dirs)
     except NoResultsError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    untested = _untested_lengths(c, opts.lengths)
+    if untested:
+        print(f"error: --length: {untested}", file=sys.stderr)
         return 2
     out = a.out or a.sweep_dirs[0] / "analysis"
     try:

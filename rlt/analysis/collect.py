@@ -241,6 +241,15 @@ def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, l
         if err is None and status and status.get("state") == "done":
             rec.update(state="no results", detail=f"status says done but {RESULTS} is missing")
         return rec, [], [], [], warnings
+    if status and status.get("state") not in (None, "done"):
+        # A run that is training again (or was stopped while retraining) next to an older
+        # results.json: those results are not of the configuration the directory now holds.
+        rec.update(
+            state="stale",
+            detail=f"{RESULTS} predates the run's current state {status.get('state')!r}; "
+            "the same command finishes the run",
+        )
+        return rec, [], [], [], warnings
 
     if results.get("schema_version") != SCHEMA_VERSION:
         warnings.append(

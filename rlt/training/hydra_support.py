@@ -94,15 +94,15 @@ def precheck_overrides(argv: list[str]) -> None:
     list the valid keys. Prints one line naming them and exits with status 2."""
     import dataclasses
 
-    from rlt.training.spec import _FAMILIES, _MODEL_META
+    from rlt.training.families import FAMILIES, MODEL_META
 
-    meta = {*_MODEL_META, "feedback_interval"}
+    meta = {*MODEL_META, "feedback_interval"}
     model = next((a.split("=", 1)[1] for a in argv if a.startswith("model=")), "rlt1")
     family = _model_family(model)
-    if family not in _FAMILIES:
+    if family not in FAMILIES:
         return  # an unknown model or family: Hydra and prepare() report it
     sized = {"d_model", "n_heads", "d_ff", "n_enc", "n_dec", "n_layers", "vocab_size"}
-    valid = sorted({f.name for f in dataclasses.fields(_FAMILIES[family])} - sized | meta)
+    valid = sorted({f.name for f in dataclasses.fields(FAMILIES[family])} - sized | meta)
     for arg in argv:
         key = arg.split("=", 1)[0]
         if key.startswith("model.") and "=" in arg and key[len("model.") :] not in valid:
@@ -112,6 +112,70 @@ def precheck_overrides(argv: list[str]) -> None:
                 file=sys.stderr,
             )
             sys.exit(2)
+
+
+# Hydra's command-line flags that precheck understands; any other (--help, --cfg, -c, --info,
+# --run, ...) leaves the command to Hydra unchecked.
+_CHECKED_FLAGS = ("-m", "--multirun")
+_CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+
+def precheck(argv: list[str]) -> None:
+    """Check every cell a ``train.py`` command would run before Hydra creates any directory:
+    the model keys (:func:`precheck_overrides`), then each job's composed config through
+    :func:`rlt.training.run.check` (values, names that stay under root, label, environment,
+    the identity of a finished run). A refused cell prints one line per refused cell naming
+    the fix and exits with status 2; nothing is written and no cell of a grid has started.
+    A command Hydra itself cannot compose is left for Hydra to report."""
+    precheck_overrides(argv)
+    flags = [a for a in argv if a.startswith("-")]
+    if any(f not in _CHECKED_FLAGS for f in flags):
+        return
+    args = [a for a in argv if not a.startswith("-")]
+    from hydra import compose, initialize_config_dir
+
+    from rlt.training.run import check
+    from rlt.training.spec import ConfigError
+
+    refused: list[str] = []
+    with initialize_config_dir(config_dir=str(_CONF_DIR), version_base="1.3", job_name="train"):
+        try:
+            jobs = _command_jobs(args, multirun=bool(flags))
+            configs = [compose(config_name="config", overrides=job) for job in jobs]
+        except Exception:  # noqa: BLE001 - Hydra reports what it cannot compose, before writing
+            return
+        for cfg in configs:
+            try:
+                check(cfg)
+            except ConfigError as e:
+                refused.append(f"{cfg.cell}: {e}" if len(configs) > 1 else str(e))
+    if refused:
+        for line in refused:
+            print(f"config error: {line}", file=sys.stderr)
+        if len(configs) > 1:
+            print(
+                f"{len(refused)} of {len(configs)} cells refused; nothing was started or "
+                "written. Fix the values above and run the command again.",
+                file=sys.stderr,
+            )
+        sys.exit(2)
+
+
+def _command_jobs(args: list[str], *, multirun: bool) -> list[list[str]]:
+    """The override list of every job a command runs (one for a single run)."""
+    hydra_args = [a for a in args if a.lstrip("+~").startswith(("hydra.", "hydra/"))]
+    task_args = [a for a in args if a not in hydra_args]
+    if not multirun:
+        return [task_args]
+    from hydra import compose
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides = OverridesParser.create().parse_overrides(task_args)
+    first = BasicSweeper.split_arguments(overrides, None)[0][0]
+    cfg = compose(config_name="config", overrides=[*first, *hydra_args], return_hydra_config=True)
+    cfg.hydra.overrides.task = task_args
+    return expand_jobs(cfg)
 
 
 def _model_family(model: str) -> str:

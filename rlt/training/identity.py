@@ -78,14 +78,33 @@ def config_differences(stored: dict[str, Any], requested: dict[str, Any]) -> lis
     return lines
 
 
+class UnreadableConfig(ValueError):
+    """A run directory's config.yaml exists but does not hold a readable config."""
+
+
 def stored_config(run_dir: Path) -> dict[str, Any] | None:
-    """The resolved config saved in a run directory, or None if there is none (or unreadable)."""
+    """The resolved config saved in a run directory, or None if there is none. A file that is
+    there but empty, truncated or not a mapping raises :class:`UnreadableConfig`: a run whose
+    identity cannot be read must never be taken for the requested one."""
     path = run_dir / rundir.CONFIG
+    if not path.exists():
+        return None
     try:
         data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
-        return None
-    return data if isinstance(data, dict) else None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise UnreadableConfig(f"{path} does not parse ({type(e).__name__})") from e
+    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+        raise UnreadableConfig(f"{path} does not hold a run configuration")
+    return data
+
+
+def holds_training(run_dir: Path) -> bool:
+    """Whether a run directory holds anything trained (results or a checkpoint) that a rerun
+    could reuse; a directory without either never trained and may take any configuration."""
+    ckpts = run_dir / rundir.CKPT_DIR
+    return (run_dir / rundir.RESULTS).exists() or (
+        ckpts.is_dir() and any(p.suffix in (".ckpt", ".pt") for p in ckpts.iterdir())
+    )
 
 
 def requested_config(cfg: DictConfig) -> dict[str, Any]:

@@ -82,6 +82,9 @@ class SequenceModule(L.LightningModule):
         self.log(
             "train/loss", loss, on_step=True, prog_bar=True, batch_size=batch["tokens"].shape[0]
         )
+        if self._trainer is not None and self.trainer.optimizers:
+            lr = self.trainer.optimizers[0].param_groups[0]["lr"]
+            self.log("train/lr", float(lr), on_step=True, batch_size=batch["tokens"].shape[0])
         return loss
 
     def _maybe_inject_failure(self, loss: torch.Tensor) -> torch.Tensor:

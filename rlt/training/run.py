@@ -50,12 +50,10 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
     """Train, select, evaluate and record one run. Returns ``{"state", "run_dir", ...}`` where
     state is one of done / skipped / resumed / failed / interrupted / busy (a run SLURM
     requeued leaves with SystemExit, see :func:`_stopped`)."""
-    spec = prepare(cfg)
+    spec = check(cfg)
     run_dir = spec.run_dir
     cell = spec.identity["cell"]
     results_path = run_dir / rundir.RESULTS
-    if not cfg.force:
-        _check_same_config(spec)
     if _finished(spec, cfg):
         say(f"[skipped] {cell}: already done; results in {results_path} (force=true retrains)")
         if cfg.print_table and not hydra_support.is_multirun():
@@ -69,12 +67,17 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
             say(f"[busy] {cell}: another process is training this run ({run_dir / '.lock'})")
             return {"state": "busy", "run_dir": str(run_dir)}
         last = run_dir / rundir.CKPT_DIR / rundir.LAST_CKPT
-        resuming = cfg.resume and last.exists() and not cfg.force
-        if cfg.force and last.exists():
-            last.unlink()
+        continuing = cfg.force and _continues_retrain(spec, last)
+        resuming = cfg.resume and last.exists() and (not cfg.force or continuing)
+        if cfg.force and not continuing:
+            _set_aside_results(run_dir)
+            last.unlink(missing_ok=True)
         if resuming:
             _check_checkpoint(last)
         rundir.atomic_write_text(run_dir / rundir.CONFIG, OmegaConf.to_yaml(cfg, resolve=True))
+        if cfg.force:
+            # Marks a forced retrain in progress: stopped, the same command resumes it.
+            rundir.write_status(run_dir, "running", retrain=True)
         if (job := slurm.job_info()) is not None:
             rundir.write_status(run_dir, "running", slurm=job)
         try:
@@ -89,11 +92,31 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
     return {"state": state, "run_dir": str(run_dir), "results": result}
 
 
+def check(cfg: DictConfig) -> RunSpec:
+    """Everything that refuses a run before it starts, reading the run directory but writing
+    nothing: the validated config (:func:`~rlt.training.spec.prepare`: values, paths under
+    root, model label, environment) and, unless ``force``, that the directory holds this
+    configuration. ``train.py`` calls it for every cell of a grid before Hydra creates any
+    directory (:func:`rlt.training.hydra_support.precheck`)."""
+    spec = prepare(cfg)
+    if not cfg.force:
+        _check_same_config(spec)
+    return spec
+
+
 def _finished(spec: RunSpec, cfg: DictConfig) -> bool:
     """Whether the run is done and its results readable (then it is skipped). A done run whose
-    results.json does not parse is evaluated again from its checkpoints ("[repair]")."""
+    results.json does not parse is evaluated again from its checkpoints ("[repair]"); a run
+    whose status.json is damaged but whose results.json is complete gets its status back."""
     results_path = spec.run_dir / rundir.RESULTS
-    status = rundir.read_json(spec.run_dir / rundir.STATUS, corrupt_ok=True) or {}
+    status_path = spec.run_dir / rundir.STATUS
+    status = rundir.read_json(status_path, corrupt_ok=True)
+    if status is None and status_path.exists() and not cfg.force:
+        results = rundir.read_json(results_path, corrupt_ok=True)
+        if results is not None and results.get("val_curve"):
+            _restore_done_status(spec, results)
+            return True
+    status = status or {}
     finished = results_path.exists() and status.get("state") == "done" and not cfg.force
     if finished and rundir.read_json(results_path, corrupt_ok=True) is None:
         say(
@@ -102,6 +125,48 @@ def _finished(spec: RunSpec, cfg: DictConfig) -> bool:
         )
         return False
     return finished
+
+
+def _restore_done_status(spec: RunSpec, results: dict[str, Any]) -> None:
+    """status.json rewritten from a complete results.json (the file that is written last
+    before the done status, and only by a finished run of the stored configuration)."""
+    curve = results["val_curve"]
+    say(
+        f"[repair] {spec.identity['cell']}: {rundir.STATUS} was unreadable; results.json is "
+        "complete, so the status is restored as done"
+    )
+    rundir.write_status(
+        spec.run_dir,
+        "done",
+        step=curve[-1]["step"],
+        max_steps=results.get("max_steps"),
+        best_val_acc=max(r["acc"] for r in curve),
+        repaired="status.json was unreadable",
+    )
+
+
+def _continues_retrain(spec: RunSpec, last: Path) -> bool:
+    """Whether ``force=true`` meets its own retrain, stopped part-way (status ``retrain``, no
+    results yet, this configuration stored): then it resumes instead of starting again."""
+    status = rundir.read_json(spec.run_dir / rundir.STATUS, corrupt_ok=True) or {}
+    if not status.get("retrain") or status.get("state") == "done" or not last.exists():
+        return False
+    if (spec.run_dir / rundir.RESULTS).exists():
+        return False
+    try:
+        stored = identity.stored_config(spec.run_dir)
+    except identity.UnreadableConfig:
+        return False
+    requested = identity.requested_config(spec.cfg)
+    return stored is not None and not identity.config_differences(stored, requested)
+
+
+def _set_aside_results(run_dir: Path) -> None:
+    """A forced retrain first moves the old results.json to results.replaced.json, so a retrain
+    stopped part-way never leaves the old results next to the new configuration."""
+    results = run_dir / rundir.RESULTS
+    if results.exists():
+        os.replace(results, run_dir / rundir.REPLACED_RESULTS)
 
 
 def _check_writable(run_dir: Path) -> None:
@@ -199,8 +264,19 @@ def _run_lock(run_dir: Path):
 
 
 def _check_same_config(spec: RunSpec) -> None:
-    """Refuse to skip or resume a run directory that holds another configuration."""
-    stored = identity.stored_config(spec.run_dir)
+    """Refuse to skip or resume a run directory that holds another configuration, or one whose
+    stored configuration cannot be read. A directory that never trained (no results, no
+    checkpoint: e.g. a run that failed before its first step) holds nothing to protect."""
+    if not identity.holds_training(spec.run_dir):
+        return
+    try:
+        stored = identity.stored_config(spec.run_dir)
+    except identity.UnreadableConfig as e:
+        raise ConfigError(
+            f"{e}, so it cannot be told whether the run in {spec.run_dir} is the configuration "
+            "asked for. Nothing was changed. Rerun with force=true to retrain it (its old "
+            "results are set aside), or restore the file."
+        ) from e
     if stored is None:
         return
     diffs = identity.config_differences(stored, identity.requested_config(spec.cfg))
@@ -369,4 +445,5 @@ def _write_results(
         step=step,
         max_steps=spec.cfg.scale.max_steps,
         best_val_acc=max(r["acc"] for r in recorder.val_curve),
+        retrain=None,
     )

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rlt.models import DeltaNetConfig, LSTMConfig, RLTConfig, TransformerConfig
 from rlt.tasks import get_task
 from rlt.training import hydra_support
+from rlt.training.families import FAMILIES, MODEL_META, VARIANT_OPTION, rlt_variant
 from rlt.training.schedule import FeedbackSchedule
 
 
@@ -50,8 +51,11 @@ def prepare(cfg: DictConfig) -> RunSpec:
         raise ConfigError(f"config does not resolve: {e}") from e
     _check_numbers(cfg)
     _check_shapes(cfg)
+    _check_paths(cfg)
     family, _, kwargs = model_config(cfg)
+    _check_variant(cfg, family)
     trainer_args(cfg)
+    check_environment(cfg)
     schedule = _feedback_schedule(cfg, family)
     if schedule is not None:
         kwargs["feedback_interval"] = schedule.at(0)
@@ -89,9 +93,87 @@ def _check_shapes(cfg: DictConfig) -> None:
         )
     if scale.max_steps < 1 or scale.val_every < 1:
         raise ConfigError("scale.max_steps and scale.val_every must be >= 1")
+    if scale.warmup_steps > scale.max_steps:
+        raise ConfigError(
+            f"scale.warmup_steps={scale.warmup_steps} exceeds scale.max_steps={scale.max_steps}: "
+            "the learning rate would never reach scale.lr; lower scale.warmup_steps"
+        )
     if model.get("family") == "rlt" and str(model.get("name", "")).startswith("rlt2"):
         if model.get("feedback_interval") is None:
             raise ConfigError("RLT-2 needs a chunk size: set model.feedback_interval=B (e.g. 4)")
+
+
+def _check_variant(cfg: DictConfig, family: str) -> None:
+    """The model's label names the variant its feedback interval trains: ``model=rlt1
+    model.feedback_interval=4`` trains RLT-2 B=4 and would be stored and labelled RLT-1, so it
+    is refused with the option to use."""
+    if family != "rlt":
+        return
+    model = cfg.model
+    trains = rlt_variant(model.feedback_interval)
+    label = str(model.label)
+    if not label.startswith(trains):
+        named = next((v for v in VARIANT_OPTION if label.startswith(v)), label)
+        raise ConfigError(
+            f"model={model.name} is {named}, but model.feedback_interval="
+            f"{'null' if model.feedback_interval is None else model.feedback_interval} trains "
+            f"{trains}; use {VARIANT_OPTION[trains].replace('=B', f'={model.feedback_interval}')}"
+            " so the run's name, directory and label "
+            "say what it trains"
+        )
+
+
+# A path component taken from a config value: no separators, not "." or "..".
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_+=.,@-]+$")
+
+
+def _check_paths(cfg: DictConfig) -> None:
+    """Every directory name a run takes from a value (sweep name or preset, task, model,
+    architecture, seed) is a plain name, so no value can place files outside ``root``."""
+    parts = {
+        "sweep_name": cfg.sweep_name,
+        "scale.name": cfg.scale.name,
+        "task.name": cfg.task.name,
+        "model.name": cfg.model.name,
+        "model.arch_tag": cfg.model.arch_tag,
+    }
+    for key, value in parts.items():
+        if value is None and key == "sweep_name":
+            continue
+        text = str(value)
+        if not _SAFE_NAME.match(text) or text.strip(".") == "":
+            raise ConfigError(
+                f"{key}={text!r} cannot name a directory: use letters, digits and - _ + = . , @ "
+                "(no '/' and not '.' or '..'), so the run stays under root"
+            )
+    out = Path(str(cfg.out_dir)).resolve()
+    root = Path(str(cfg.root)).resolve()
+    if hydra_support.hydra_output_dir() is None and root not in out.parents:
+        raise ConfigError(
+            f"out_dir {cfg.out_dir!r} is not under root {cfg.root!r}; leave out_dir as it is"
+        )
+
+
+def check_environment(cfg: DictConfig) -> None:
+    """What this machine must provide for the trainer settings: CUDA for a GPU accelerator,
+    a positive thread count. Checked before anything is written, so a wrong setting never
+    becomes a failed run whose configuration then blocks the corrected command."""
+    import torch
+
+    trainer = cfg.trainer
+    accelerator = str(trainer.accelerator)
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"trainer.accelerator={accelerator} needs CUDA, which this machine does not have "
+            f"(torch {torch.__version__}); use trainer=cpu"
+        )
+    if accelerator not in ("cpu", "gpu", "cuda", "auto", "mps"):
+        raise ConfigError(f"trainer.accelerator={accelerator!r}: use cpu or gpu (trainer=cpu|gpu)")
+    threads = trainer.threads
+    if threads not in (None, "auto") and (
+        isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+    ):
+        raise ConfigError(f"trainer.threads must be auto or an integer >= 1, got {threads!r}")
 
 
 def _feedback_schedule(cfg: DictConfig, family: str) -> FeedbackSchedule | None:
@@ -221,17 +303,8 @@ def _check_numbers(cfg: DictConfig) -> None:
         raise ConfigError(f"callbacks.early_stop.val_acc is a fraction in [0, 1], got {es!r}")
 
 
-# Config-only keys of a model node (identity and grouping); every other key is a field of the
-# family's config dataclass.
-_MODEL_META = ("name", "family", "label", "arch_tag", "feedback_schedule")
 # Fields that come from other groups: sizes from scale, depth from split.
 _FROM_SCALE = ("d_model", "n_heads", "d_ff")
-_FAMILIES = {
-    "rlt": RLTConfig,
-    "transformer": TransformerConfig,
-    "lstm": LSTMConfig,
-    "deltanet": DeltaNetConfig,
-}
 
 
 def model_config(cfg: DictConfig) -> tuple[str, type, dict[str, Any]]:
@@ -240,15 +313,13 @@ def model_config(cfg: DictConfig) -> tuple[str, type, dict[str, Any]]:
     and depth from ``split``. Unknown keys and bad values raise ConfigError naming the fix."""
     model, scale, split = cfg.model, cfg.scale, cfg.split
     family = model.get("family")
-    if family not in _FAMILIES:
-        raise ConfigError(
-            f"model.family {family!r} is unknown; expected one of {sorted(_FAMILIES)}"
-        )
-    config_cls = _FAMILIES[family]
+    if family not in FAMILIES:
+        raise ConfigError(f"model.family {family!r} is unknown; expected one of {sorted(FAMILIES)}")
+    config_cls = FAMILIES[family]
     fields = {f.name for f in dataclasses.fields(config_cls)}
     settable = sorted(fields - set(_FROM_SCALE) - {"n_enc", "n_dec", "n_layers", "vocab_size"})
     # The baselines carry feedback_interval: null only so every model node has the same keys.
-    meta = _MODEL_META if family == "rlt" else (*_MODEL_META, "feedback_interval")
+    meta = MODEL_META if family == "rlt" else (*MODEL_META, "feedback_interval")
     given = {k: v for k, v in model.items() if k not in meta}
     unknown = sorted(set(given) - set(settable))
     if unknown:

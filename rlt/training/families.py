@@ -1,0 +1,34 @@
+"""The model families a config can name, in one public place: ``model.family`` -> its config
+dataclass, and the model node's config-only keys. ``spec.py`` (validation) and
+``hydra_support.py`` (the command-line key check) both read it."""
+
+from __future__ import annotations
+
+from rlt.models import DeltaNetConfig, LSTMConfig, RLTConfig, TransformerConfig
+
+FAMILIES = {
+    "rlt": RLTConfig,
+    "transformer": TransformerConfig,
+    "lstm": LSTMConfig,
+    "deltanet": DeltaNetConfig,
+}
+
+# Config-only keys of a model node (identity and grouping); every other key is a field of the
+# family's config dataclass.
+MODEL_META = ("name", "family", "label", "arch_tag", "feedback_schedule")
+
+
+def rlt_variant(feedback_interval: int | None) -> str:
+    """The RLT variant a feedback interval trains, as labels start: RLT-0 (no feedback),
+    RLT-1 (B = 1) or RLT-2 (B > 1)."""
+    if feedback_interval is None:
+        return "RLT-0"
+    return "RLT-1" if feedback_interval == 1 else "RLT-2"
+
+
+# The model option to use for each variant (conf/model/<name>.yaml).
+VARIANT_OPTION = {
+    "RLT-0": "model=rlt0",
+    "RLT-1": "model=rlt1",
+    "RLT-2": "model=rlt2 model.feedback_interval=B",
+}
