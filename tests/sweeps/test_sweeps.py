@@ -172,7 +172,7 @@ def test_submitit_local_executor(tmp_path):
         ("parity16_small", 10, 18),
         ("tiny", 8, 8),
         ("schedule", 30, 30),
-        ("laptop", 42, 42),
+        ("laptop", 66, 66),
         ("baselines_laptop", 36, 36),
         ("baselines", 72, 72),
     ],
@@ -263,3 +263,44 @@ def test_hydra_run_dir_moves_a_single_run(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads((tmp_path / "one_run" / "results.json").read_text())
     assert res["run"]["run_dir"] == "one_run"
+
+
+@pytest.mark.slow
+def test_laptop_preset_holds_the_issue_cells_seed_major():
+    """sweep=laptop (issue 20): every task's models as the issue lists them, seeds 42-44, every
+    cell of seed 42 before any of seed 43."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["sweep=laptop"], return_hydra_config=True)
+        cfg.hydra.overrides.task = ["sweep=laptop"]
+        jobs = [compose("config", overrides=job) for job in expand_jobs(cfg)]
+    cells = {(c.task.name, c.model.label, c.model.arch_tag) for c in jobs}
+    expected = {
+        ("parity_3to16", "RLT-1", "1+1"),
+        ("parity_3to16", "RLT-2 B=4", "1+1"),
+        ("parity_3to16", "RLT-0", "1+1"),
+        ("parity_3to16", "Transformer 2", "L2"),
+        ("parity_3to16", "LSTM 2", "L2"),
+        ("parity_3to16", "DeltaNet [-1,1] 2", "L2"),
+        ("s5_swaps", "RLT-1", "3+1"),
+        ("s5_swaps", "RLT-1", "2+2"),
+        ("s5_swaps", "RLT-1", "1+3"),
+        ("s5_swaps", "RLT-2 B=4", "2+2"),
+        ("s5_swaps", "RLT-0", "2+2"),
+        ("s5_swaps", "Transformer 4", "L4"),
+        ("s5_swaps", "LSTM 2", "L2"),
+        ("s5_swaps", "DeltaNet [-1,1] 2", "L2"),
+        ("s5", "RLT-1", "2+2"),
+        ("s5", "Transformer 4", "L4"),
+        ("s5", "LSTM 2", "L2"),
+        ("s5", "DeltaNet [-1,1] 2", "L2"),
+        ("addition", "RLT-1", "2+2"),
+        ("addition", "RLT-0", "2+2"),
+        ("addition", "Transformer 4", "L4"),
+        ("addition", "LSTM 2", "L2"),
+    }
+    assert cells == expected and len(jobs) == 3 * len(expected)
+    seeds = [c.seed for c in jobs]
+    assert seeds == sorted(seeds) and set(seeds) == {42, 43, 44}
+    assert {c.scale.name for c in jobs} == {"laptop"}
