@@ -45,8 +45,11 @@ class RotaryEmbedding(nn.Module):
             size = max(64, 1 << (end - 1).bit_length())
             # Normal tensors even when first called under inference_mode: training reuses them.
             with torch.inference_mode(False), torch.no_grad():
-                exponent = torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim
-                angles = torch.outer(torch.arange(size, dtype=torch.float64), self.base**-exponent)
+                # Computed in float64 on the CPU (explicitly: never the process's default
+                # device), then moved once to where the activations live.
+                f64 = dict(dtype=torch.float64, device="cpu")
+                exponent = torch.arange(0, self.head_dim, 2, **f64) / self.head_dim
+                angles = torch.outer(torch.arange(size, **f64), self.base**-exponent)
                 table = torch.polar(torch.ones_like(angles), angles).to(device=device, dtype=dtype)
             self._tables[(dtype, device)] = table  # (size, Dh/2)
         return table[start:end]

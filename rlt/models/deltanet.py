@@ -90,7 +90,23 @@ def chunked_delta(
     D_ij = exp(G_i - G_j) (j <= i): A and tril(Q K^T) are weighted by D, the S0 terms by
     exp(G_i) (K S0 -> diag(exp G) K S0, Q S0 -> diag(exp G) Q S0), and
     S_C = exp(G_C) S0 + (diag(exp(G_C - G)) K)^T U.
+
+    Under autocast (bf16-mixed) the whole form runs in float32: the triangular solve has no
+    bfloat16 kernel on CPU or CUDA, and the UT system is where low precision would hurt most.
+    The output comes back in the inputs' dtype; the state stays float32.
     """
+    dtype = q.dtype
+    work = torch.promote_types(dtype, torch.float32)  # float64 stays float64
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        wide = (x.to(work) for x in (q, k, v, beta, state))
+        out, state = _chunked_delta_fp32(*wide, chunk, None if g is None else g.to(work))
+    return out.to(dtype), state
+
+
+def _chunked_delta_fp32(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, state: Tensor, chunk: int, g: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    """:func:`chunked_delta`'s arithmetic, in the dtype it is given."""
     n, h, t, dk = k.shape
     pad = (-t) % chunk
     if pad:

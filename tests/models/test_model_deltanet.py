@@ -257,6 +257,7 @@ def _fla_available() -> bool:
     return torch.cuda.is_available()
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not _fla_available(), reason="needs CUDA and flash-linear-attention")
 @pytest.mark.parametrize("neg", [True, False])
 def test_fla_kernel_equals_the_pytorch_recurrence_on_cuda(neg):
