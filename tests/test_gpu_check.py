@@ -1,0 +1,60 @@
+"""scripts/gpu_check.sh --cpu (issue 22): the device check's every step, on the CPU at tiny
+sizes, so the script a lent GPU runs in one call is known to work before it gets there."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_gpu_check_on_the_cpu_writes_its_files(tmp_path):
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHON=sys.executable)
+    proc = subprocess.run(
+        ["bash", str(REPO / "scripts" / "gpu_check.sh"), "--cpu", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    files = sorted(p.name for p in out.iterdir())
+    assert files == sorted(
+        [
+            "gpu_check.log",
+            "pytest.xml",
+            "bench_fp32.json",
+            "bench_bf16.json",
+            "bench_graph.json",
+            "run_rlt1.json",
+            "run_transformer.json",
+            "summary.json",
+        ]
+    )
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["mode"] == "cpu"
+    tests = summary["tests"]
+    assert tests["tests"] > 0 and tests["failures"] == 0 and tests["errors"] == 0
+    for name in ("fp32", "bf16"):
+        bench = summary[f"bench_{name}"]
+        assert set(bench["sec_per_step"]) == {"transformer", "rlt0", "rlt1", "rlt2"}
+        assert all(v > 0 for v in bench["sec_per_step"].values())
+        assert bench["ratios"]["rlt1/rlt0"] > 0
+    runs = summary["runs"]
+    assert runs["rlt1"]["label"] == "RLT-1" and runs["rlt1"]["arch"] == "6+2"
+    assert runs["transformer"]["label"] == "Transformer 8"
+    assert all(0 <= r["val_acc_pct"] <= 100 and r["sec_per_step"] > 0 for r in runs.values())
+    estimate = summary["sweep_main_estimate"]
+    assert estimate["distinct_runs"] == 108
+    # A lower bound: every cell of sweep=main runs at least 2,000 steps, each at no less than
+    # the faster of the two measured s/step.
+    floor = 108 * 2000 * min(r["sec_per_step"] for r in runs.values()) / 3600
+    assert estimate["hours"] >= floor
