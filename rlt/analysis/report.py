@@ -9,6 +9,13 @@ from pathlib import Path
 
 from rlt.analysis import render
 from rlt.analysis.collect import Collection, collect
+from rlt.analysis.findings import (
+    LAPTOP_BASELINES,
+    LAPTOP_FINDINGS,
+    LAPTOP_RLT1,
+    beyond_table,
+    verdict_table,
+)
 from rlt.analysis.reference import compare_table, load_reference
 from rlt.analysis.run_tables import cost_table, incomplete_table, params_table
 from rlt.analysis.schedule_view import feedback_split, has_schedules, schedule_table
@@ -62,7 +69,11 @@ def build_tables(c: Collection, opts: ReportOptions | None = None) -> dict[str, 
     or a split is given), lengths, policies, params, cost, schedule (when a run trained with a
     feedback schedule, or with schedule_view), compare (with compare_report), incomplete."""
     o = opts or ReportOptions()
-    tables = {
+    tables = {}
+    if _is_laptop(c):
+        tables["verdicts"] = verdict_table(c, LAPTOP_FINDINGS, policy=o.policy, metric=o.metric)
+        tables["beyond"] = beyond_table(c, LAPTOP_RLT1, LAPTOP_BASELINES, policy=o.policy)
+    tables |= {
         "table1": val_table(c, step=o.step, metric=o.metric),
         "table2": generalization_table(c, policy=o.policy, lengths=o.lengths, metric=o.metric),
     }
@@ -94,6 +105,12 @@ def build_tables(c: Collection, opts: ReportOptions | None = None) -> dict[str, 
         table.notes.extend(notes)
     tables["incomplete"] = incomplete_table(c)
     return tables
+
+
+def _is_laptop(c: Collection) -> bool:
+    """Whether the runs include the laptop preset's grid (sweep=laptop), whose findings the
+    verdict table judges."""
+    return len(c.used) > 0 and (c.used["sweep"] == "laptop").any()
 
 
 def _header(c: Collection) -> list[str]:
