@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,6 +170,13 @@ def check_environment(cfg: DictConfig) -> None:
         )
     if accelerator not in ("cpu", "gpu", "cuda", "auto", "mps"):
         raise ConfigError(f"trainer.accelerator={accelerator!r}: use cpu or gpu (trainer=cpu|gpu)")
+    root = Path(str(cfg.root)).resolve()
+    existing = next(p for p in (root, *root.parents) if p.exists())
+    if not os.access(existing, os.W_OK):
+        raise ConfigError(
+            f"cannot write under root={cfg.root} ({existing} is read-only); make it writable "
+            "or put the runs elsewhere with root=DIR"
+        )
     threads = trainer.threads
     if threads not in (None, "auto") and (
         isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
