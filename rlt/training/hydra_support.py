@@ -132,23 +132,33 @@ def precheck(argv: list[str]) -> None:
     if any(f not in _CHECKED_FLAGS for f in flags):
         return
     args = [a for a in argv if not a.startswith("-")]
-    from hydra import compose, initialize_config_dir
+    import copy
+    import time
+
+    from hydra import initialize_config_dir
 
     from rlt.training.run import check
     from rlt.training.spec import ConfigError
 
     refused: list[str] = []
+    start = time.perf_counter()
     with initialize_config_dir(config_dir=str(_CONF_DIR), version_base="1.3", job_name="train"):
         try:
             jobs = _command_jobs(args, multirun=bool(flags))
-            configs = [compose(config_name="config", overrides=job) for job in jobs]
+            if len(jobs) > 20:
+                print(
+                    f"checking the {len(jobs)} jobs of this grid ...", file=sys.stderr, flush=True
+                )
+            configs = [compose_job(job) for job in jobs]
         except Exception:  # noqa: BLE001 - Hydra reports what it cannot compose, before writing
             return
         for cfg in configs:
             try:
-                check(cfg)
+                check(copy.deepcopy(cfg))
             except ConfigError as e:
                 refused.append(f"{cfg.cell}: {e}" if len(configs) > 1 else str(e))
+    if len(jobs) > 20 and not refused:
+        print(f"checked {len(jobs)} jobs in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     if refused:
         for line in refused:
             print(f"config error: {line}", file=sys.stderr)
@@ -159,6 +169,22 @@ def precheck(argv: list[str]) -> None:
                 file=sys.stderr,
             )
         sys.exit(2)
+
+
+# Composed job configs by their override list: precheck composes every job of a grid before
+# Hydra starts, and write_grid (in the same process) would compose them all again.
+_COMPOSED: dict[tuple[str, ...], DictConfig] = {}
+
+
+def compose_job(job: list[str]) -> DictConfig:
+    """The composed config of one job's overrides (composed once per process; the caller must
+    not change it)."""
+    key = tuple(job)
+    if key not in _COMPOSED:
+        from hydra import compose
+
+        _COMPOSED[key] = compose(config_name="config", overrides=list(job))
+    return _COMPOSED[key]
 
 
 def _command_jobs(args: list[str], *, multirun: bool) -> list[list[str]]:
@@ -264,13 +290,11 @@ def expand_jobs(config: DictConfig) -> list[list[str]]:
 def write_grid(config: DictConfig, sweep_dir: Path) -> None:
     """``grid.json``: the distinct cells this multirun will produce (analysis and
     ``python -m rlt.sweep status`` use it to name missing cells)."""
-    from hydra import compose
-
     from rlt.rundir import GRID, atomic_write_json
 
     cells: dict[str, dict[str, Any]] = {}
     for job in expand_jobs(config):
-        cfg = compose(config_name="config", overrides=job)
+        cfg = compose_job(job)
         cells.setdefault(
             cfg.cell,
             {
