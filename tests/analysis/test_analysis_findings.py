@@ -94,3 +94,18 @@ def test_the_verdict_table_reads_the_tables_numbers(tmp_path):
 
 def test_the_laptop_findings_are_f1_to_f10():
     assert [f.label for f in LAPTOP_FINDINGS] == [f"F{i}" for i in range(1, 11)]
+
+
+def test_the_laptop_page_shows_what_the_tables_print():
+    """docs/results/laptop/README.md's verdict and grid tables are the output of
+    analysis/tables.py on the committed runs (update_tables.py --check)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "docs/results/laptop/update_tables.py"
+    spec = importlib.util.spec_from_file_location("update_tables", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    old, new = module.rendered()
+    assert old == new, "run python docs/results/laptop/update_tables.py"
+    assert "| F1 |" in old and "| F10 |" in old
