@@ -142,9 +142,13 @@ def precheck(argv: list[str]) -> None:
 
     refused: list[str] = []
     start = time.perf_counter()
+    hydra_args = [a for a in args if _is_hydra_arg(a)]
+    if any(a.lstrip("+~").startswith(("hydra.searchpath", "hydra.job.config")) for a in hydra_args):
+        return  # another config search path: composing here would not see it
+    moved = any(a.lstrip("+~").startswith(("hydra.run.dir", "hydra.sweep.")) for a in hydra_args)
     with initialize_config_dir(config_dir=str(_CONF_DIR), version_base="1.3", job_name="train"):
         try:
-            jobs = _command_jobs(args, multirun=bool(flags))
+            jobs, remote = _command_jobs(args, multirun=bool(flags))
             if len(jobs) > 20:
                 print(
                     f"checking the {len(jobs)} jobs of this grid ...", file=sys.stderr, flush=True
@@ -154,9 +158,10 @@ def precheck(argv: list[str]) -> None:
             return
         for cfg in configs:
             try:
-                check(copy.deepcopy(cfg))
-            except ConfigError as e:
-                refused.append(f"{cfg.cell}: {e}" if len(configs) > 1 else str(e))
+                check(copy.deepcopy(cfg), where=not moved, on_this_machine=not remote)
+            except (ConfigError, OSError) as e:
+                message = e if isinstance(e, ConfigError) else f"{type(e).__name__}: {e}"
+                refused.append(f"{cfg.cell}: {message}" if len(configs) > 1 else str(message))
     if len(jobs) > 20 and not refused:
         print(f"checked {len(jobs)} jobs in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     if refused:
@@ -187,12 +192,17 @@ def compose_job(job: list[str]) -> DictConfig:
     return _COMPOSED[key]
 
 
-def _command_jobs(args: list[str], *, multirun: bool) -> list[list[str]]:
-    """The override list of every job a command runs (one for a single run)."""
-    hydra_args = [a for a in args if a.lstrip("+~").startswith(("hydra.", "hydra/"))]
+def _is_hydra_arg(arg: str) -> bool:
+    return arg.lstrip("+~").startswith(("hydra.", "hydra/"))
+
+
+def _command_jobs(args: list[str], *, multirun: bool) -> tuple[list[list[str]], bool]:
+    """The override list of every job a command runs (one for a single run), and whether a
+    launcher runs them on other machines (SLURM through submitit)."""
+    hydra_args = [a for a in args if _is_hydra_arg(a)]
     task_args = [a for a in args if a not in hydra_args]
     if not multirun:
-        return [task_args]
+        return [task_args], False
     from hydra import compose
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -201,7 +211,8 @@ def _command_jobs(args: list[str], *, multirun: bool) -> list[list[str]]:
     first = BasicSweeper.split_arguments(overrides, None)[0][0]
     cfg = compose(config_name="config", overrides=[*first, *hydra_args], return_hydra_config=True)
     cfg.hydra.overrides.task = task_args
-    return expand_jobs(cfg)
+    launcher = str(cfg.hydra.launcher.get("_target_", ""))
+    return expand_jobs(cfg), "Slurm" in launcher
 
 
 def _model_family(model: str) -> str:

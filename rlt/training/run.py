@@ -36,7 +36,7 @@ from rlt.training.callbacks import (
 )
 from rlt.training.evaluate import evaluate_loader
 from rlt.training.results import evaluate_policies, print_table, say
-from rlt.training.spec import ConfigError, RunSpec, prepare
+from rlt.training.spec import ConfigError, RunSpec, check_writable_root, prepare
 from rlt.training.trainer_setup import (
     build_trainer,
     log_results,
@@ -92,15 +92,20 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
     return {"state": state, "run_dir": str(run_dir), "results": result}
 
 
-def check(cfg: DictConfig) -> RunSpec:
+def check(cfg: DictConfig, *, where: bool = True, on_this_machine: bool = True) -> RunSpec:
     """Everything that refuses a run before it starts, reading the run directory but writing
     nothing: the validated config (:func:`~rlt.training.spec.prepare`: values, paths under
     root, model label, environment) and, unless ``force``, that the directory holds this
     configuration. ``train.py`` calls it for every cell of a grid before Hydra creates any
-    directory (:func:`rlt.training.hydra_support.precheck`)."""
-    spec = prepare(cfg)
-    if not cfg.force:
-        _check_same_config(spec)
+    directory (:func:`rlt.training.hydra_support.precheck`). ``where=False`` skips what
+    depends on the run directory (its identity, a writable root): precheck cannot know the
+    directory when ``hydra.run.dir`` / ``hydra.sweep.dir`` move it, and the run checks it
+    itself. ``on_this_machine=False``: the jobs train elsewhere (SLURM), no CUDA check here."""
+    spec = prepare(cfg, on_this_machine=on_this_machine)
+    if where:
+        check_writable_root(spec.run_dir)
+        if not cfg.force:
+            _check_same_config(spec)
     return spec
 
 
@@ -113,7 +118,8 @@ def _finished(spec: RunSpec, cfg: DictConfig) -> bool:
     status = rundir.read_json(status_path, corrupt_ok=True)
     if status is None and status_path.exists() and not cfg.force:
         results = rundir.read_json(results_path, corrupt_ok=True)
-        if results is not None and results.get("val_curve"):
+        curve = (results or {}).get("val_curve") or []
+        if curve and all(isinstance(r, dict) and {"step", "acc"} <= set(r) for r in curve):
             _restore_done_status(spec, results)
             return True
     status = status or {}
@@ -149,10 +155,14 @@ def _continues_retrain(spec: RunSpec, last: Path) -> bool:
     """Whether ``force=true`` meets its own retrain, stopped part-way (status ``retrain``, no
     results yet, this configuration stored): then it resumes instead of starting again."""
     status = rundir.read_json(spec.run_dir / rundir.STATUS, corrupt_ok=True) or {}
-    if not status.get("retrain") or status.get("state") == "done" or not last.exists():
+    if not status.get("retrain") or status.get("state") in ("done", "failed"):
+        return False  # a failed retrain starts again from scratch under force=true
+    if not last.exists() or (spec.run_dir / rundir.RESULTS).exists():
         return False
-    if (spec.run_dir / rundir.RESULTS).exists():
-        return False
+    try:
+        _check_checkpoint(last)
+    except ConfigError:
+        return False  # an unreadable checkpoint: force=true starts again
     try:
         stored = identity.stored_config(spec.run_dir)
     except identity.UnreadableConfig:

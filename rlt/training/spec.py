@@ -43,9 +43,11 @@ class RunSpec:
 # --------------------------------------------------------------------------------------------
 # Validation
 # --------------------------------------------------------------------------------------------
-def prepare(cfg: DictConfig) -> RunSpec:
+def prepare(cfg: DictConfig, *, on_this_machine: bool = True) -> RunSpec:
     """Validate ``cfg`` and resolve it into a :class:`RunSpec`; raises :class:`ConfigError`
-    naming the config key and the fix. Allocates no tensors."""
+    naming the config key and the fix. Allocates no tensors. ``on_this_machine=False`` (a grid
+    checked before it is submitted to SLURM) skips what only the machine that trains can tell
+    (CUDA)."""
     try:
         OmegaConf.resolve(cfg)
     except Exception as e:  # interpolation errors name the key already
@@ -54,10 +56,10 @@ def prepare(cfg: DictConfig) -> RunSpec:
     _check_shapes(cfg)
     _check_paths(cfg)
     family, _, kwargs = model_config(cfg)
-    _check_variant(cfg, family)
     trainer_args(cfg)
-    check_environment(cfg)
+    check_environment(cfg, cuda=on_this_machine)
     schedule = _feedback_schedule(cfg, family)
+    _check_variant(cfg, family, schedule)
     if schedule is not None:
         kwargs["feedback_interval"] = schedule.at(0)
     task = _task(cfg)
@@ -104,13 +106,24 @@ def _check_shapes(cfg: DictConfig) -> None:
             raise ConfigError("RLT-2 needs a chunk size: set model.feedback_interval=B (e.g. 4)")
 
 
-def _check_variant(cfg: DictConfig, family: str) -> None:
+def _check_variant(cfg: DictConfig, family: str, schedule: FeedbackSchedule | None) -> None:
     """The model's label names the variant its feedback interval trains: ``model=rlt1
     model.feedback_interval=4`` trains RLT-2 B=4 and would be stored and labelled RLT-1, so it
-    is refused with the option to use."""
+    is refused with the option to use. With a feedback schedule the label must name the
+    schedule's chunk sizes (``RLT-2 B=8→4→1``), whatever model.feedback_interval says."""
     if family != "rlt":
         return
     model = cfg.model
+    if schedule is not None:
+        named = "RLT-2 B=" + "→".join(str(b) for _, b in schedule.stages)
+        if str(model.label) != named or not str(model.name).startswith("rlt2_sched"):
+            raise ConfigError(
+                f"model={model.name} (label {model.label!r}) does not name the feedback schedule "
+                f"it trains ({named}); use a schedule preset (model=rlt2_sched_4to1, "
+                "rlt2_sched_8to1) or name it: model.name=rlt2_sched_<stages> "
+                f"\"model.label='{named}'\""
+            )
+        return
     trains = rlt_variant(model.feedback_interval)
     label = str(model.label)
     if not label.startswith(trains):
@@ -155,28 +168,33 @@ def _check_paths(cfg: DictConfig) -> None:
         )
 
 
-def check_environment(cfg: DictConfig) -> None:
-    """What this machine must provide for the trainer settings: CUDA for a GPU accelerator,
-    a positive thread count. Checked before anything is written, so a wrong setting never
-    becomes a failed run whose configuration then blocks the corrected command."""
+def check_writable_root(path: Path) -> None:
+    """The nearest existing directory of ``path`` is writable (its permission bits)."""
+    path = Path(path).resolve()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not os.access(existing, os.W_OK):
+        raise ConfigError(
+            f"cannot write under {path} ({existing} is read-only); make it writable or put the "
+            "runs elsewhere with root=DIR"
+        )
+
+
+def check_environment(cfg: DictConfig, *, cuda: bool = True) -> None:
+    """What this machine must provide for the trainer settings: CUDA for a GPU accelerator
+    (unless ``cuda=False``: the jobs run elsewhere), a positive thread count. Checked before
+    anything is written, so a wrong setting never becomes a failed run whose configuration
+    then blocks the corrected command."""
     import torch
 
     trainer = cfg.trainer
     accelerator = str(trainer.accelerator)
-    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+    if cuda and accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError(
             f"trainer.accelerator={accelerator} needs CUDA, which this machine does not have "
             f"(torch {torch.__version__}); use trainer=cpu"
         )
     if accelerator not in ("cpu", "gpu", "cuda", "auto", "mps"):
         raise ConfigError(f"trainer.accelerator={accelerator!r}: use cpu or gpu (trainer=cpu|gpu)")
-    root = Path(str(cfg.root)).resolve()
-    existing = next(p for p in (root, *root.parents) if p.exists())
-    if not os.access(existing, os.W_OK):
-        raise ConfigError(
-            f"cannot write under root={cfg.root} ({existing} is read-only); make it writable "
-            "or put the runs elsewhere with root=DIR"
-        )
     threads = trainer.threads
     if threads not in (None, "auto") and (
         isinstance(threads, bool) or not isinstance(threads, int) or threads < 1

@@ -45,6 +45,8 @@ def tiny(root: Path, *extra: str) -> list[str]:
         f"root={root}",
         "task=parity",
         "model=rlt2",
+        "model.name=rlt2_sched_4to2to1",
+        "model.label='RLT-2 B=4→2→1'",
         "split=1+1",
         "scale.max_steps=6",
         "scale.val_every=2",

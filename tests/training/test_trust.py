@@ -67,7 +67,6 @@ def train_py(*args: str, cwd: Path) -> subprocess.CompletedProcess:
         ("rlt0", "1", "model=rlt1"),
         ("rlt2", "1", "model=rlt1"),
         ("rlt1", "null", "model=rlt0"),
-        ("rlt2_sched_4to1", "1", "model=rlt1"),
     ],
 )
 def test_a_model_whose_label_does_not_match_its_feedback_is_refused(
@@ -78,6 +77,36 @@ def test_a_model_whose_label_does_not_match_its_feedback_is_refused(
         check(compose_cfg(argv))
     assert f"use {fix}" in refused_by_precheck(argv, capsys)
     assert not (tmp_path / "root").exists()
+
+
+def test_a_schedule_must_be_named_by_the_model_label(tmp_path):
+    schedule = "model.feedback_schedule=[[0,4],[0.5,1]]"
+    for model in ("rlt1", "rlt2"):
+        with pytest.raises(ConfigError, match="does not name the feedback schedule"):
+            check(compose_cfg(tiny(tmp_path, f"model={model}", schedule)))
+    # the preset names its schedule; feedback_interval does not matter under a schedule
+    spec = check(compose_cfg(tiny(tmp_path, "model=rlt2_sched_4to1", "model.feedback_interval=1")))
+    assert spec.identity["label"] == "RLT-2 B=4→1" and spec.model_kwargs["feedback_interval"] == 4
+    named = ["model.name=rlt2_sched_4to2", "model.label='RLT-2 B=4→2'"]
+    spec = check(
+        compose_cfg(tiny(tmp_path, "model=rlt2", "model.feedback_schedule=[[0,4],[3,2]]", *named))
+    )
+    assert "/rlt2_sched_4to2/" in str(spec.run_dir)
+
+
+def test_precheck_leaves_moved_runs_and_slurm_grids_to_the_run(tmp_path, capsys):
+    """hydra.run.dir moves a run away from root/...: the finished run at the default place
+    is not the one asked for, so precheck does not hold it against the command; a grid for a
+    SLURM launcher is not refused for the submitting machine's lack of CUDA."""
+    root = tmp_path / "root"
+    run(compose_cfg(tiny(root, *SHORT)))
+    precheck(tiny(root, *SHORT, "scale.lr=0.5", f"hydra.run.dir={tmp_path / 'moved'}"))
+    assert "scale.lr" in refused_by_precheck(tiny(root, *SHORT, "scale.lr=0.5"), capsys)
+    if not torch.cuda.is_available():
+        grid = tiny(tmp_path / "grid", *SHORT, "seed=42,43", "trainer=gpu")
+        precheck(["-m", *grid, "hydra/launcher=slurm"])  # no SystemExit
+        argv = ["-m", *grid]
+        assert "needs CUDA" in refused_by_precheck(argv, capsys)
 
 
 def test_the_directory_and_label_name_the_chunk_size_that_trains(tmp_path):
