@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import time
 from typing import Any
 
 import lightning as L
@@ -89,10 +90,14 @@ class SequenceModule(L.LightningModule):
 
     def _maybe_inject_failure(self, loss: torch.Tensor) -> torch.Tensor:
         """Testing switch (callbacks.inject_failure): fail on purpose at a given step (kind
-        error, nan, or sigterm: the process sends itself SIGTERM once)."""
+        error, nan, or sigterm: the process sends itself SIGTERM once; slow: every step from
+        then on sleeps ``seconds``, so a test can give a run a duration it can rely on)."""
         if not self.failure or self.global_step < int(self.failure["step"]):
             return loss
         kind = str(self.failure["kind"]).lower()
+        if kind == "slow":
+            time.sleep(float(self.failure.get("seconds", 0.1)))
+            return loss
         if kind == "nan":  # YAML reads a bare nan as a float
             return loss * float("nan")
         if kind == "sigterm":  # stopped from outside, as SLURM or kill would

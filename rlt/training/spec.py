@@ -115,7 +115,9 @@ def _check_variant(cfg: DictConfig, family: str, schedule: FeedbackSchedule | No
         return
     model = cfg.model
     if schedule is not None:
-        named = "RLT-2 B=" + "→".join(str(b) for _, b in schedule.stages)
+        # the stages as written (a short run can merge fractional stages when parsed)
+        written = OmegaConf.to_container(model.feedback_schedule)
+        named = "RLT-2 B=" + "→".join(str(stage[1]) for stage in written)
         if str(model.label) != named or not str(model.name).startswith("rlt2_sched"):
             raise ConfigError(
                 f"model={model.name} (label {model.label!r}) does not name the feedback schedule "

@@ -185,6 +185,10 @@ def test_job_over_its_time_limit_is_requeued_and_finishes(cluster, launch, tmp_p
         "seed=42",
         "scale.max_steps=500",
         "scale.val_every=50",
+        # >= 0.06 s per step: >= 30 s of training plus startup, past the first signal (about
+        # 30 s in) however fast the machine; short enough to finish within max_num_timeout
+        # requeues (each later run is signalled about 30 s after its start, too)
+        "callbacks.inject_failure={kind: slow, step: 0, seconds: 0.06}",
         *SLURM,
         "hydra.launcher.timeout_min=2",
         "hydra.launcher.signal_delay_s=90",
