@@ -144,8 +144,8 @@ class _Cells:
         self.lengths = length_table(c, policy=policy, metric=metric).data
         self.val = val_table(c, metric=metric).data
         runs = c.runs[c.runs["has_results"].astype(bool)] if len(c.runs) else c.runs
-        self.chance = {t: 100 * float(r["chance"].dropna().iloc[0]) if r["chance"].notna().any()
-                       else 0.0 for t, r in runs.groupby("task")}  # fmt: skip
+        chance = runs.groupby("task")["chance"].first()  # first non-null per task
+        self.chance = {task: 100 * float(x) for task, x in chance.fillna(0.0).items()}
 
     def __call__(self, cell: Cell) -> Stat | None:
         if cell.length is None:

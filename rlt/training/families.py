@@ -18,6 +18,9 @@ FAMILIES = {
 MODEL_META = ("name", "family", "label", "arch_tag", "feedback_schedule")
 
 
+RLT_VARIANTS = ("RLT-0", "RLT-1", "RLT-2")
+
+
 def rlt_variant(feedback_interval: int | None) -> str:
     """The RLT variant a feedback interval trains, as labels start: RLT-0 (no feedback),
     RLT-1 (B = 1) or RLT-2 (B > 1)."""
@@ -26,9 +29,9 @@ def rlt_variant(feedback_interval: int | None) -> str:
     return "RLT-1" if feedback_interval == 1 else "RLT-2"
 
 
-# The model option to use for each variant (conf/model/<name>.yaml).
-VARIANT_OPTION = {
-    "RLT-0": "model=rlt0",
-    "RLT-1": "model=rlt1",
-    "RLT-2": "model=rlt2 model.feedback_interval=B",
-}
+def variant_option(feedback_interval: int | None) -> str:
+    """The model option (conf/model/<name>.yaml) that trains a feedback interval."""
+    variant = rlt_variant(feedback_interval)
+    if variant == "RLT-2":
+        return f"model=rlt2 model.feedback_interval={feedback_interval}"
+    return "model=rlt0" if variant == "RLT-0" else "model=rlt1"

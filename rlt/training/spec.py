@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlt.tasks import get_task
 from rlt.training import hydra_support
-from rlt.training.families import FAMILIES, MODEL_META, VARIANT_OPTION, rlt_variant
+from rlt.training.families import FAMILIES, MODEL_META, RLT_VARIANTS, rlt_variant, variant_option
 from rlt.training.schedule import FeedbackSchedule
 
 
@@ -126,16 +126,14 @@ def _check_variant(cfg: DictConfig, family: str, schedule: FeedbackSchedule | No
                 f"\"model.label='{named}'\""
             )
         return
-    trains = rlt_variant(model.feedback_interval)
-    label = str(model.label)
+    interval = model.feedback_interval
+    trains, label = rlt_variant(interval), str(model.label)
     if not label.startswith(trains):
-        named = next((v for v in VARIANT_OPTION if label.startswith(v)), label)
+        named = next((v for v in RLT_VARIANTS if label.startswith(v)), label)
         raise ConfigError(
             f"model={model.name} is {named}, but model.feedback_interval="
-            f"{'null' if model.feedback_interval is None else model.feedback_interval} trains "
-            f"{trains}; use {VARIANT_OPTION[trains].replace('=B', f'={model.feedback_interval}')}"
-            " so the run's name, directory and label "
-            "say what it trains"
+            f"{'null' if interval is None else interval} trains {trains}; use "
+            f"{variant_option(interval)} so the run's name, directory and label say what it trains"
         )
 
 
