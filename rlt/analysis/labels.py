@@ -15,7 +15,9 @@ TASK_ORDER = (
     "parity",
     "parity_3to16",
     "mod5_flat",
+    "mod5_flat_3to15",
     "mod5_brackets",
+    "mod5_brackets_3to16",
     "s5_swaps",
     "s5",
 )
@@ -26,7 +28,9 @@ LENGTH_UNITS = {
     "parity": "bits",
     "parity_3to16": "bits",
     "mod5_flat": "symbols",
+    "mod5_flat_3to15": "symbols",
     "mod5_brackets": "characters",
+    "mod5_brackets_3to16": "characters",
     "s5": "operations",
     "s5_swaps": "operations",
 }
