@@ -8,6 +8,12 @@ round, then ``--repeats`` timed rounds. Reports medians, min-max spread, ratios,
 GFLOP/s (FLOPs counted by ``torch.utils.flop_counter.FlopCounterMode``) against a ``torch.mm``
 reference measured in the same run, and the peak memory of one step.
 
+``--compile`` times the compiled forms instead of the eager ones: every variant under
+``torch.compile`` (RLT-1/RLT-2 train their recurrence through the compiled chunk step of
+rlt/models/compiled.py, RLT-0 and the Transformer are compiled whole), so the ratios compare
+compiled with compiled; the first (warm-up) round's extra time is reported as the compile
+time, measured with an empty inductor cache unless ``--warm-cache``.
+
 ``--mode stream`` times inference instead: prefill throughput, per-token decode latency at
 given positions, and the state's bytes per sequence.
 
@@ -24,6 +30,7 @@ import json
 import os
 import platform
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -70,6 +77,17 @@ def build_variants(args: argparse.Namespace) -> dict[str, torch.nn.Module]:
             models[name] = copy.deepcopy(rlt1)
             models[name].feedback_interval = args.rlt2_interval
     return {name: m.to(args.device) for name, m in models.items()}
+
+
+def compiled_forms(models: dict[str, torch.nn.Module]) -> dict[str, torch.nn.Module]:
+    """``torch.compile`` of each model (same parameters); RLT-1/RLT-2 switch their recurrence
+    to the compiled chunk step, which the whole-model compile leaves to itself."""
+    out = {}
+    for name, model in models.items():
+        if name in ("rlt1", "rlt2"):
+            model.compiled_step = True
+        out[name] = torch.compile(model)
+    return out
 
 
 def train_step_fn(
@@ -175,18 +193,6 @@ def bench_train(args: argparse.Namespace) -> dict[str, Any]:
     generator = torch.Generator().manual_seed(args.seed)
     tokens = torch.randint(1, 140, (args.batch, args.length + 1), generator=generator)
     tokens = tokens.to(args.device)
-    steps = {name: train_step_fn(m, tokens, args) for name, m in models.items()}
-    if args.cuda_graph:
-        steps = {name: cuda_graphed(fn) for name, fn in steps.items()}
-    wall: dict[str, list[float]] = {name: [] for name in steps}
-    cpu: dict[str, list[float]] = {name: [] for name in steps}
-    for round_ in range(args.warmup + args.repeats):
-        for name, fn in steps.items():  # interleaved: load drift hits every variant alike
-            w, c = timed(fn, args.device)
-            if round_ >= args.warmup:
-                wall[name].append(w)
-                cpu[name].append(c)
-            print(f"  round {round_ + 1 - args.warmup:>2} {name:<12} {w:8.3f} s", flush=True)
     forward_backward = {
         name: (
             lambda m=m: F.cross_entropy(
@@ -195,7 +201,23 @@ def bench_train(args: argparse.Namespace) -> dict[str, Any]:
         )
         for name, m in models.items()
     }
+    # counted on the eager forms (a dispatch mode cannot run inside compiled code)
     flops = {name: count_flops(fn) for name, fn in forward_backward.items()}
+    stepped = compiled_forms(models) if args.compile else models
+    steps = {name: train_step_fn(m, tokens, args) for name, m in stepped.items()}
+    if args.cuda_graph:
+        steps = {name: cuda_graphed(fn) for name, fn in steps.items()}
+    wall: dict[str, list[float]] = {name: [] for name in steps}
+    cpu: dict[str, list[float]] = {name: [] for name in steps}
+    first: dict[str, float] = {}
+    for round_ in range(args.warmup + args.repeats):
+        for name, fn in steps.items():  # interleaved: load drift hits every variant alike
+            w, c = timed(fn, args.device)
+            first.setdefault(name, w)
+            if round_ >= args.warmup:
+                wall[name].append(w)
+                cpu[name].append(c)
+            print(f"  round {round_ + 1 - args.warmup:>2} {name:<12} {w:8.3f} s", flush=True)
     memory = (
         {name: peak_memory(fn, args.device) for name, fn in steps.items()} if args.memory else {}
     )
@@ -211,6 +233,8 @@ def bench_train(args: argparse.Namespace) -> dict[str, Any]:
             "gflops_per_s": flops[name] / med / 1e9,
             "fraction_of_mm": flops[name] / med / 1e9 / rate,
             "peak_bytes": memory.get(name),
+            # the first step's time beyond a steady one: compiling (and first-call setup)
+            "compile_s": first[name] - med if args.compile else None,
         }
     return {"rows": rows, "mm_gflops_per_s": rate, "ratios": ratios(rows)}
 
@@ -313,6 +337,7 @@ def print_train(result: dict[str, Any], args: argparse.Namespace) -> None:
     print(
         f"\ntraining step, {args.preset} d={args.d_model} split {args.split} batch {args.batch} "
         f"length {args.length} threads {torch.get_num_threads()} {'bf16' if args.bf16 else 'fp32'}"
+        f"{' compiled' if args.compile else ''}"
     )
     header = (
         f"{'variant':<12}{'params':>12}{'median s':>10}{'min-max s':>16}{'cpu s':>8}"
@@ -329,6 +354,11 @@ def print_train(result: dict[str, Any], args: argparse.Namespace) -> None:
             f"{r['wall_s']['min']:>8.3f}-{r['wall_s']['max']:<7.3f}{r['cpu_s']['median']:>8.3f}"
             f"{x0:>8}{xt:>7}{r['flops'] / 1e9:>9.1f}{r['gflops_per_s']:>9.1f}"
             f"{100 * r['fraction_of_mm']:>6.0f}{peak:>9}"
+        )
+    if args.compile:
+        print(
+            "compile time (first step minus a steady one, s): "
+            + ", ".join(f"{name} {r['compile_s']:.1f}" for name, r in rows.items())
         )
     print(
         f"torch.mm reference ({args.batch * args.length}x{args.d_model} @ {args.d_model}x{4 * args.d_model}): "
@@ -379,6 +409,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--stream-batch", type=int, default=1)
     parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip peak memory")
     parser.add_argument("--plain", action="store_true", help="RLT-1/2 on the plain autograd path")
+    parser.add_argument(
+        "--compile", action="store_true", help="time the compiled forms (torch.compile)"
+    )
+    parser.add_argument(
+        "--warm-cache",
+        action="store_true",
+        help="with --compile: keep inductor's on-disk cache (default: an empty one, so the "
+        "compile time is a first compile's)",
+    )
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument(
@@ -397,6 +436,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.positions = sorted(int(p) for p in args.positions.split(","))
     if args.cuda_graph and args.device != "cuda":
         parser.error("--cuda-graph needs --device cuda")
+    if args.compile and args.plain:
+        parser.error("--compile and --plain exclude each other (the plain path is never compiled)")
+    if args.compile and args.cuda_graph:
+        parser.error("--compile brings its own CUDA graphs; drop --cuda-graph")
+    if args.compile and args.warmup < 1:
+        parser.error("--compile needs --warmup >= 1 (the first round compiles)")
     _check_args(parser, args)
     return args
 
@@ -424,6 +469,8 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.compile and not args.warm_cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="rlt-bench-inductor-")
     load_before = os.getloadavg()
     result: dict[str, Any] = {
         "config": {k: v for k, v in vars(args).items() if k != "json"},

@@ -34,6 +34,7 @@ from rlt.models.blocks import (
     rope_for,
     window_mask,
 )
+from rlt.models.compiled import compiled_decode, padded_length
 from rlt.models.config import RLTConfig, _feedback_interval
 from rlt.models.merge import GatedMerge
 from rlt.models.recurrence import RecurrenceSpec, fused_decode
@@ -67,6 +68,9 @@ class RecurrentLoopedTransformer(SequenceModel):
             if config.pos_encoding == "rope"
             else None
         )
+        # Train through the compiled chunk step (rlt/models/compiled.py) instead of the eager
+        # fused recurrence; set by the trainer's compile option (rlt.training.compile).
+        self.compiled_step = False
         init_weights(self, config.init_std, config.n_enc + config.n_dec)
         if self.merge is not None:
             self.merge.reset_parameters(config.init_std)
@@ -111,7 +115,8 @@ class RecurrentLoopedTransformer(SequenceModel):
 
     def fused_decode(self, e: Tensor, memory: Memory) -> Tensor:
         """``decode(e, memory, tbptt=config.tbptt)[0]`` from the initial state, computed by the
-        fused recurrence with its hand-written backward (rlt/models/recurrence.py)."""
+        fused recurrence with its hand-written backward (rlt/models/recurrence.py), or with
+        ``compiled_step`` set, by the compiled chunk step (rlt/models/compiled.py)."""
         c = self.config
         spec = RecurrenceSpec(
             n_heads=c.n_heads,
@@ -122,9 +127,14 @@ class RecurrentLoopedTransformer(SequenceModel):
             tbptt=c.tbptt,
         )
         n, t, _ = e.shape
-        return fused_decode(
+        if self.compiled_step:
+            rope = self._rope(0, padded_length(t, spec.interval), e)
+            decode = compiled_decode
+        else:
+            rope, decode = self._rope(0, t, e), fused_decode
+        return decode(
             spec,
-            self._rope(0, t, e),
+            rope,
             e,
             self.merge.gate_input(e),
             memory,

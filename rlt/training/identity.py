@@ -29,6 +29,7 @@ RUN_CONTROL = (
     "logger",
     "scale.eval_batch",
     "trainer.threads",
+    "trainer.compile",
     "trainer.progress_bar",
     "trainer.progress_every",
     "trainer.progress_seconds",

@@ -42,6 +42,7 @@ from rlt.training.trainer_setup import (
     log_results,
     make_loggers,
     quiet_lightning,
+    resolve_compile,
     resolve_threads,
 )
 
@@ -335,6 +336,15 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         eval_batch_size=cfg.scale.eval_batch,
     )
     module = _build_module(spec)
+    compiled, compile_why = resolve_compile(
+        cfg.trainer.get("compile", "off"),
+        module.model,
+        "cuda" if str(cfg.trainer.accelerator) in ("gpu", "cuda") else "cpu",
+        cfg.scale.max_steps,
+    )
+    module.model.compiled_step = compiled
+    if compiled:
+        print(f"[rlt] {spec.identity['cell']}: compiled chunk step ({compile_why})", flush=True)
     recorder = ValidationAndCheckpoints(
         run_dir=run_dir,
         val_loader_fn=dm.val_dataloader,
@@ -370,6 +380,7 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
     fit_seconds = time.perf_counter() - fit_start
 
     results = evaluate_policies(spec, module, dm, recorder, module.model.num_parameters())
+    results["compiled_step"] = {"on": compiled, "why": compile_why}
     _write_results(spec, trainer.global_step, recorder, results, fit_seconds)
     log_results(loggers, results)
     if cfg.print_table:

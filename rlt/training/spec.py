@@ -179,6 +179,10 @@ def check_writable_root(path: Path) -> None:
         )
 
 
+# trainer.compile: the compiled chunk step of RLT-1/RLT-2 (rlt.training.trainer_setup.resolve_compile)
+COMPILE_MODES = ("auto", "on", "off")
+
+
 def check_environment(cfg: DictConfig, *, cuda: bool = True) -> None:
     """What this machine must provide for the trainer settings: CUDA for a GPU accelerator
     (unless ``cuda=False``: the jobs run elsewhere), a positive thread count. Checked before
@@ -200,6 +204,9 @@ def check_environment(cfg: DictConfig, *, cuda: bool = True) -> None:
         isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
     ):
         raise ConfigError(f"trainer.threads must be auto or an integer >= 1, got {threads!r}")
+    compile_mode = trainer.get("compile", "auto")
+    if compile_mode not in COMPILE_MODES and not isinstance(compile_mode, bool):
+        raise ConfigError(f"trainer.compile must be auto, on or off, got {compile_mode!r}")
 
 
 def _feedback_schedule(cfg: DictConfig, family: str) -> FeedbackSchedule | None:

@@ -34,6 +34,50 @@ def resolve_threads(cfg: DictConfig) -> int:
     return int(threads)
 
 
+# trainer.compile=auto compiles from this many optimizer steps on (docs/PERFORMANCE.md: the
+# compile costs about as much as this many steps save at the laptop shape).
+AUTO_COMPILE_MIN_STEPS = 2000
+
+
+def resolve_compile(
+    setting: Any, model: torch.nn.Module, device_type: str, max_steps: int
+) -> tuple[bool, str]:
+    """``trainer.compile`` (auto | on | off) for this run: whether its RLT-1/RLT-2 model trains
+    through the compiled chunk step, and why. ``on`` without a compiler is an error naming the
+    fix; models without a recurrence to compile (RLT-0, the baselines, the plain autograd
+    path, checkpointed activations) never compile."""
+    from rlt.models.compiled import compiler_available
+    from rlt.training.spec import ConfigError
+
+    mode = (
+        {True: "on", False: "off"}.get(setting, setting) if isinstance(setting, bool) else setting
+    )
+    if mode == "off":
+        return False, "trainer.compile=off"
+    config = getattr(model, "config", None)
+    recurrent = (
+        getattr(model, "merge", None) is not None
+        and getattr(config, "fused", False)
+        and not getattr(config, "checkpoint_activations", False)
+    )
+    if not recurrent:
+        return False, "no fused RLT-1/RLT-2 recurrence to compile"
+    ok, why = compiler_available(device_type)
+    if not ok:
+        if mode == "on":
+            raise ConfigError(
+                f"trainer.compile=on, but torch.compile cannot run here: {why}. Install one, or "
+                "use trainer.compile=auto (falls back to the eager recurrence) or off"
+            )
+        return False, f"auto: {why}"
+    if mode == "auto" and max_steps < AUTO_COMPILE_MIN_STEPS:
+        return (
+            False,
+            f"auto: {max_steps} steps < {AUTO_COMPILE_MIN_STEPS}, too few to repay the compile",
+        )
+    return True, f"trainer.compile={mode}: {why}"
+
+
 def _cores() -> int:
     """The cores this process may use: SLURM's allocation inside a job (not the node's), else
     the CPU affinity mask."""

@@ -172,7 +172,7 @@ def test_submitit_local_executor(tmp_path):
         ("parity16_small", 10, 18),
         ("tiny", 8, 8),
         ("schedule", 30, 30),
-        ("laptop", 66, 66),
+        ("laptop", 102, 102),
         ("baselines_laptop", 36, 36),
         ("baselines", 72, 72),
     ],
@@ -299,7 +299,20 @@ def test_laptop_preset_holds_the_issue_cells_seed_major():
         ("addition", "RLT-0", "2+2"),
         ("addition", "Transformer 4", "L4"),
         ("addition", "LSTM 2", "L2"),
+        *(
+            (task, label, arch)
+            for task in ("mod5_flat_3to15", "mod5_brackets_3to16")
+            for label, arch in (
+                ("RLT-1", "2+2"),
+                ("RLT-2 B=4", "2+2"),
+                ("RLT-0", "2+2"),
+                ("Transformer 4", "L4"),
+                ("LSTM 2", "L2"),
+                ("DeltaNet [-1,1] 2", "L2"),
+            )
+        ),
     }
+    assert len(expected) == 34
     assert cells == expected and len(jobs) == 3 * len(expected)
     seeds = [c.seed for c in jobs]
     assert seeds == sorted(seeds) and set(seeds) == {42, 43, 44}

@@ -1,0 +1,245 @@
+"""The compiled decoder recurrence: RLT-1/RLT-2 training with one compiled call per chunk.
+
+The eager fused recurrence (rlt/models/recurrence.py) pays per-op dispatch for every token:
+dozens of small kernels per decoder block, microseconds each on 64-wide data, and on a GPU
+one launch each. Here one chunk of the recurrence (the gated merge and every decoder block)
+is a pure function of fixed-shape tensors, compiled once by ``torch.compile`` (inductor:
+generated C++ on the CPU, Triton and CUDA graphs on a GPU); autograd chains the chunks and
+runs each chunk's compiled backward. Semantics are those of
+``RecurrentLoopedTransformer.decode`` from the initial state (chunks of B anchored at 0, TBPTT
+cuts, the SWA caches); tests/models/test_model_compiled.py holds outputs and every gradient
+equal to it.
+
+Fixed shapes, so that one compiled graph serves every chunk of every step:
+
+- RoPE as real-valued rotations (cos, sin tables: complex tensors do not lower);
+- the SWA cache as a (W-1)-slot tensor per layer, updated functionally;
+- the memory attention over all of the (padded) memory with an additive mask, instead of
+  the growing prefix 0..b-1 (more arithmetic over masked keys: at most the training length);
+- the sequence padded to a multiple of ``BUCKET`` positions (and of B): the padded positions
+  come after every real one, so causality keeps them out of every real output, and their
+  outputs are dropped. A new bucket or batch size compiles one more graph.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import shutil
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from rlt.models.blocks import BlockWeights
+from rlt.models.merge import MergeWeights
+from rlt.models.recurrence import LAYER_WEIGHTS, RecurrenceSpec
+
+# Sequence lengths are padded up to a multiple of this (and of B): one graph per bucket.
+BUCKET = 16
+
+# Compiles whose guards dynamo may keep per step function before it falls back to eager
+# (its default is 8): buckets x batch sizes x devices of one process.
+_RECOMPILE_LIMIT = 32
+
+
+def _rms(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate pairs (2i, 2i+1) of x (N, H, c, Dh) by angles with cos, sin (c, Dh/2)."""
+    x0, x1 = x.unflatten(-1, (-1, 2)).unbind(-1)
+    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+
+
+def _attend(q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
+    """softmax(q k^T / sqrt(Dh) + bias) v for q (N, H, c, Dh), k, v (N, H, L, Dh), bias (c, L)."""
+    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5 + bias
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def chunk_step(
+    e: Tensor,
+    ge: Tensor,
+    s: Tensor,
+    cache_k: Tensor,
+    cache_v: Tensor,
+    mem_k: Tensor,
+    mem_v: Tensor,
+    swa_bias: Tensor,
+    mem_bias: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    w_sn: Tensor,
+    w_sp: Tensor,
+    *layer_weights: Tensor,
+    alpha: float,
+    eps: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One chunk of c positions: merge with state s, then every decoder block.
+
+    e, ge (N, c, d); s (N, d); cache_k/v (L, N, H, W-1, Dh): the W-1 positions before the
+    chunk; mem_k/v (N, H, Tp, Dh); swa_bias (c, W-1+c) and mem_bias (c, Tp): 0 where a query
+    may attend, -inf elsewhere; cos, sin (c, Dh/2). Returns the outputs (N, c, d) and the
+    caches for the next chunk.
+    """
+    n, c, d = e.shape
+    h, dh = mem_k.shape[1], mem_k.shape[3]
+    gs, ws = (_rms(s, w_sn, eps) @ w_sp.T).chunk(2, dim=-1)  # (N, d) each
+    x = e + alpha * torch.sigmoid(ge + gs[:, None]) * ws[:, None]
+    keep = cache_k.shape[3]
+    new_k, new_v = [], []
+    for li in range(len(layer_weights) // LAYER_WEIGHTS):
+        lw = BlockWeights(*layer_weights[li * LAYER_WEIGHTS : (li + 1) * LAYER_WEIGHTS])
+        qkv = (_rms(x, lw.attn_norm, eps) @ lw.qkv.T).view(n, c, 3, h, dh)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # (N, H, c, Dh) each
+        keys = torch.cat([cache_k[li], _rotate(k, cos, sin)], dim=2)  # (N, H, W-1+c, Dh)
+        values = torch.cat([cache_v[li], v], dim=2)
+        a = _attend(_rotate(q, cos, sin), keys, values, swa_bias)
+        x = x + a.transpose(1, 2).reshape(n, c, d) @ lw.attn_out.T
+        qc = (_rms(x, lw.cross_norm, eps) @ lw.cross_q.T).view(n, c, h, dh).transpose(1, 2)
+        a = _attend(qc, mem_k, mem_v, mem_bias)
+        x = x + a.transpose(1, 2).reshape(n, c, d) @ lw.cross_out.T
+        z1, z3 = (_rms(x, lw.ffn_norm, eps) @ lw.w13.T).chunk(2, dim=-1)
+        x = x + (F.silu(z1) * z3) @ lw.w2.T
+        new_k.append(keys[:, :, keys.shape[2] - keep :])
+        new_v.append(values[:, :, values.shape[2] - keep :])
+    if not new_k:
+        return x, cache_k, cache_v
+    return x, torch.stack(new_k), torch.stack(new_v)
+
+
+def compiler_available(device: torch.device | str) -> tuple[bool, str]:
+    """Whether torch.compile can generate code here, and why not: a C++ compiler on the CPU,
+    Triton on CUDA, neither elsewhere (MPS, Windows)."""
+    kind = torch.device(device).type
+    if not hasattr(torch, "compile"):
+        return False, "this PyTorch has no torch.compile"
+    if kind == "cpu":
+        if not any(shutil.which(cc) for cc in ("g++", "c++", "clang++")):
+            return False, "no C++ compiler (g++, c++ or clang++) on PATH"
+        return True, "C++ compiler found"
+    if kind == "cuda":
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return False, "Triton is not installed"
+        return True, "Triton found"
+    return False, f"no compiled step for device type {kind!r}"
+
+
+@functools.cache
+def compiled_step(device_type: str):
+    """The compiled chunk step for one device type (made once per process).
+
+    CUDA uses inductor's reduce-overhead mode: each chunk replays a CUDA graph (one launch
+    instead of one per op)."""
+    torch._dynamo.config.cache_size_limit = max(
+        torch._dynamo.config.cache_size_limit, _RECOMPILE_LIMIT
+    )
+    if device_type == "cuda":
+        return torch.compile(chunk_step, fullgraph=True, dynamic=False, mode="reduce-overhead")
+    return torch.compile(chunk_step, fullgraph=True, dynamic=False)
+
+
+@functools.lru_cache(maxsize=64)
+def _biases(
+    b_len: int, w: int, padded: int, dtype: torch.dtype, device: torch.device
+) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...]]:
+    """Additive masks per chunk of ``b_len``: SWA over [W-1 cache slots ; own keys] and memory
+    over all ``padded`` positions (0 = may attend, -inf = may not); positions before 0 are
+    masked. Made once per shape: they never change and nothing writes to them."""
+    q = torch.arange(padded, device=device)
+    inf = torch.tensor(float("-inf"), dtype=dtype, device=device)
+    zero = torch.zeros((), dtype=dtype, device=device)
+    mem = torch.where(q[None, :] <= q[:, None], zero, inf)  # (Tp, Tp)
+    swa, memory = [], []
+    for a in range(0, padded, b_len):
+        qa = q[a : a + b_len]
+        k_pos = torch.arange(a - w + 1, a + b_len, device=device)  # (W-1+c,)
+        back = qa[:, None] - k_pos[None, :]
+        ok = (k_pos[None, :] >= 0) & (back >= 0) & (back < w)
+        swa.append(torch.where(ok, zero, inf))
+        memory.append(mem[a : a + b_len].clone())
+    return tuple(swa), tuple(memory)
+
+
+def padded_length(length: int, interval: int) -> int:
+    """The compiled length for a sequence of ``length``: a multiple of BUCKET and of B."""
+    quantum = math.lcm(BUCKET, interval)
+    return -(-length // quantum) * quantum
+
+
+@torch.compiler.disable  # a whole-model torch.compile leaves the chunk loop to this module
+def compiled_decode(
+    spec: RecurrenceSpec,
+    rope: Tensor | None,
+    e: Tensor,
+    ge: Tensor,
+    memory: tuple[Tensor, Tensor] | None,
+    s0: Tensor,
+    merge_weights: MergeWeights,
+    layer_weights: list[BlockWeights],
+) -> Tensor:
+    """Decoder outputs (N, T, d), as ``fused_decode`` takes its arguments; ``rope`` holds the
+    complex rotations of at least ``padded_length(T, B)`` positions (None: no RoPE)."""
+    n, t_len, d = e.shape
+    b_len, n_layers = spec.interval, len(layer_weights)
+    h = spec.n_heads
+    dh = d // h
+    padded = padded_length(t_len, b_len)
+    pad = padded - t_len
+    if pad:
+        e, ge = F.pad(e, (0, 0, 0, pad)), F.pad(ge, (0, 0, 0, pad))
+    if memory is None:  # no decoder blocks: the memory is never read
+        mem_k = mem_v = e.new_zeros(n, h, padded, dh)
+    else:
+        mem_k, mem_v = (F.pad(m, (0, 0, 0, pad)) for m in memory)
+    if rope is None:
+        cos = e.new_ones(padded, dh // 2)
+        sin = e.new_zeros(padded, dh // 2)
+    else:
+        cos, sin = rope[:padded].real.to(e.dtype), rope[:padded].imag.to(e.dtype)
+    swa_bias, mem_bias = _biases(b_len, spec.window, padded, e.dtype, e.device)
+    # contiguous per-chunk inputs: views at growing offsets would make the compiled call
+    # copy (or guard on) misaligned inputs
+    e_c = [x.contiguous() for x in e.split(b_len, dim=1)]
+    ge_c = [x.contiguous() for x in ge.split(b_len, dim=1)]
+    cos_c = [x.contiguous() for x in cos.split(b_len)]
+    sin_c = [x.contiguous() for x in sin.split(b_len)]
+    weights = [w for block in layer_weights for w in block]
+    cache = e.new_zeros(max(n_layers, 1), n, h, spec.window - 1, dh)
+    cache_k, cache_v = cache, cache
+    step = compiled_step(e.device.type)
+    if e.device.type == "cuda":
+        torch.compiler.cudagraph_mark_step_begin()
+    # contiguous states: the first (s* expanded) and the later ones (views of an output) would
+    # otherwise differ in strides and compile twice
+    s, outputs, last_cut = s0.contiguous(), [], 0
+    for ci, a in enumerate(range(0, padded, b_len)):
+        if spec.tbptt is not None and a // spec.tbptt > last_cut // spec.tbptt:
+            s, cache_k, cache_v = s.detach(), cache_k.detach(), cache_v.detach()
+            last_cut = a
+        x, cache_k, cache_v = step(
+            e_c[ci],
+            ge_c[ci],
+            s,
+            cache_k,
+            cache_v,
+            mem_k,
+            mem_v,
+            swa_bias[ci],
+            mem_bias[ci],
+            cos_c[ci],
+            sin_c[ci],
+            *merge_weights,
+            *weights,
+            alpha=spec.alpha,
+            eps=spec.eps,
+        )
+        outputs.append(x)
+        s = x[:, -1].contiguous()  # chunks are all complete here (padded to a multiple of B)
+        if a + b_len >= t_len:
+            break  # later chunks would be padding only
+    return torch.cat(outputs, dim=1)[:, :t_len]
