@@ -52,6 +52,7 @@ def bench_summary(path: Path) -> dict[str, Any]:
             for name, row in rows.items()
         },
         "ratios": data.get("ratios"),
+        "compile_s": {name: row.get("compile_s") for name, row in rows.items()},
         "device": data["machine"].get("device"),
         "torch": data["machine"].get("torch"),
     }
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     summary: dict[str, Any] = {"mode": a.mode, "elapsed_s": a.elapsed}
     summary["tests"] = tests_summary(a.out / "pytest.xml")
-    for name in ("fp32", "bf16", "graph"):
+    for name in ("fp32", "bf16", "graph", "compile"):
         summary[f"bench_{name}"] = bench_summary(a.out / f"bench_{name}.json")
     runs = {name: run_summary(a.out / f"run_{name}.json") for name in ("rlt1", "transformer")}
     summary["runs"] = runs

@@ -76,3 +76,30 @@ def test_bench_cli_smoke(tmp_path, capsys) -> None:
         rows["rlt1"]["recurrent_state_bytes_per_seq"]["4"]
         == rows["rlt1"]["recurrent_state_bytes_per_seq"]["8"]
     )
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ("--compile --plain", "exclude each other"),
+        ("--compile --warmup 0", "--warmup >= 1"),
+    ],
+)
+def test_bench_compile_refuses_what_it_cannot_measure(extra, message, capsys) -> None:
+    with pytest.raises(SystemExit):
+        bench.parse_args(f"--preset small {extra}".split())
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_bench_compile_reports_compile_time_and_the_same_keys(tmp_path) -> None:
+    """--compile: the JSON of an eager run, plus each variant's compile time."""
+    argv = "--preset small --d-model 32 --n-heads 4 --d-ff 48 --split 1+1 --batch 2 --length 8"
+    argv += " --repeats 1 --warmup 1 --threads 1 --mode train --no-memory --variants rlt0,rlt1"
+    eager = bench.main(argv.split())
+    compiled = bench.main([*argv.split(), "--compile", "--json", str(tmp_path / "c.json")])
+    assert compiled["ratios"].keys() == eager["ratios"].keys()
+    rows = json.loads((tmp_path / "c.json").read_text())["train"]["rows"]
+    assert set(rows) == {"rlt0", "rlt1"}
+    assert all(row["compile_s"] > 0 and row["wall_s"]["median"] > 0 for row in rows.values())
+    assert eager["train"]["rows"]["rlt1"]["compile_s"] is None

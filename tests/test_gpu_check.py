@@ -34,6 +34,7 @@ def test_gpu_check_on_the_cpu_writes_its_files(tmp_path):
             "bench_fp32.json",
             "bench_bf16.json",
             "bench_graph.json",
+            "bench_compile.json",
             "run_rlt1.json",
             "run_transformer.json",
             "summary.json",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import shutil
 
 import torch
@@ -35,8 +36,12 @@ from rlt.models.blocks import BlockWeights
 from rlt.models.merge import MergeWeights
 from rlt.models.recurrence import LAYER_WEIGHTS, RecurrenceSpec
 
-# Sequence lengths are padded up to a multiple of this (and of B): one graph per bucket.
+# Sequence lengths are padded up to a multiple of this (and of a group): one graph per bucket.
 BUCKET = 16
+
+# Chunks per compiled call: the call's fixed cost (guards, autograd node, wrapper: a few
+# hundred microseconds on the CPU) is shared by this many chunks; compile time grows with it.
+UNROLL = int(os.environ.get("RLT_UNROLL", "4"))
 
 # Compiles whose guards dynamo may keep per step function before it falls back to eager
 # (its default is 8): buckets x batch sizes x devices of one process.
@@ -59,10 +64,8 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
     return torch.softmax(scores, dim=-1) @ v
 
 
-def chunk_step(
-    e: Tensor,
-    ge: Tensor,
-    s: Tensor,
+def _chunk(
+    x: Tensor,
     cache_k: Tensor,
     cache_v: Tensor,
     mem_k: Tensor,
@@ -71,27 +74,16 @@ def chunk_step(
     mem_bias: Tensor,
     cos: Tensor,
     sin: Tensor,
-    w_sn: Tensor,
-    w_sp: Tensor,
-    *layer_weights: Tensor,
-    alpha: float,
+    layers: list[BlockWeights],
     eps: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """One chunk of c positions: merge with state s, then every decoder block.
-
-    e, ge (N, c, d); s (N, d); cache_k/v (L, N, H, W-1, Dh): the W-1 positions before the
-    chunk; mem_k/v (N, H, Tp, Dh); swa_bias (c, W-1+c) and mem_bias (c, Tp): 0 where a query
-    may attend, -inf elsewhere; cos, sin (c, Dh/2). Returns the outputs (N, c, d) and the
-    caches for the next chunk.
-    """
-    n, c, d = e.shape
+    """Every decoder block over one chunk's merged input x (N, c, d); returns the output and
+    the caches for the next chunk."""
+    n, c, d = x.shape
     h, dh = mem_k.shape[1], mem_k.shape[3]
-    gs, ws = (_rms(s, w_sn, eps) @ w_sp.T).chunk(2, dim=-1)  # (N, d) each
-    x = e + alpha * torch.sigmoid(ge + gs[:, None]) * ws[:, None]
     keep = cache_k.shape[3]
     new_k, new_v = [], []
-    for li in range(len(layer_weights) // LAYER_WEIGHTS):
-        lw = BlockWeights(*layer_weights[li * LAYER_WEIGHTS : (li + 1) * LAYER_WEIGHTS])
+    for li, lw in enumerate(layers):
         qkv = (_rms(x, lw.attn_norm, eps) @ lw.qkv.T).view(n, c, 3, h, dh)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # (N, H, c, Dh) each
         keys = torch.cat([cache_k[li], _rotate(k, cos, sin)], dim=2)  # (N, H, W-1+c, Dh)
@@ -108,6 +100,66 @@ def chunk_step(
     if not new_k:
         return x, cache_k, cache_v
     return x, torch.stack(new_k), torch.stack(new_v)
+
+
+def chunk_group(
+    e: Tensor,
+    ge: Tensor,
+    s: Tensor,
+    cache_k: Tensor,
+    cache_v: Tensor,
+    mem_k: Tensor,
+    mem_v: Tensor,
+    swa_bias: Tensor,
+    mem_bias: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    cut: Tensor,
+    w_sn: Tensor,
+    w_sp: Tensor,
+    *layer_weights: Tensor,
+    alpha: float,
+    eps: float,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """U consecutive chunks of c positions each: merge with the state, every decoder block,
+    the next state; one compiled call (its per-call overhead shared by U chunks).
+
+    e, ge (N, U*c, d); s (N, d); cache_k/v (L, N, H, W-1, Dh): the W-1 positions before the
+    group; mem_k/v (N, H, Tp, Dh); swa_bias (U, c, W-1+c) and mem_bias (U, c, Tp): 0 where a
+    query may attend, -inf elsewhere; cos, sin (U*c, Dh/2); cut (U,) bool: a TBPTT cut at the
+    chunk's start (the state and caches entering it pass no gradient back). Returns the
+    outputs (N, U*c, d), the caches and the state after the group.
+    """
+    n_chunks, c = swa_bias.shape[0], swa_bias.shape[1]
+    layers = [
+        BlockWeights(*layer_weights[i : i + LAYER_WEIGHTS])
+        for i in range(0, len(layer_weights), LAYER_WEIGHTS)
+    ]
+    outputs = []
+    for u in range(n_chunks):
+        # detach where cut: same values, no gradient into what came before
+        s = torch.where(cut[u], s.detach(), s)
+        cache_k = torch.where(cut[u], cache_k.detach(), cache_k)
+        cache_v = torch.where(cut[u], cache_v.detach(), cache_v)
+        part = slice(u * c, (u + 1) * c)
+        gs, ws = (_rms(s, w_sn, eps) @ w_sp.T).chunk(2, dim=-1)  # (N, d) each
+        x = e[:, part] + alpha * torch.sigmoid(ge[:, part] + gs[:, None]) * ws[:, None]
+        x, cache_k, cache_v = _chunk(
+            x,
+            cache_k,
+            cache_v,
+            mem_k,
+            mem_v,
+            swa_bias[u],
+            mem_bias[u],
+            cos[part],
+            sin[part],
+            layers,
+            eps,
+        )
+        outputs.append(x)
+        s = x[:, -1]  # chunks are all complete here (padded to a multiple of B)
+    return torch.cat(outputs, dim=1), cache_k, cache_v, s
 
 
 def compiler_available(device: torch.device | str) -> tuple[bool, str]:
@@ -139,35 +191,51 @@ def compiled_step(device_type: str):
         torch._dynamo.config.cache_size_limit, _RECOMPILE_LIMIT
     )
     if device_type == "cuda":
-        return torch.compile(chunk_step, fullgraph=True, dynamic=False, mode="reduce-overhead")
-    return torch.compile(chunk_step, fullgraph=True, dynamic=False)
+        return torch.compile(chunk_group, fullgraph=True, dynamic=False, mode="reduce-overhead")
+    return torch.compile(chunk_group, fullgraph=True, dynamic=False)
 
 
 @functools.lru_cache(maxsize=64)
-def _biases(
-    b_len: int, w: int, padded: int, dtype: torch.dtype, device: torch.device
-) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...]]:
-    """Additive masks per chunk of ``b_len``: SWA over [W-1 cache slots ; own keys] and memory
-    over all ``padded`` positions (0 = may attend, -inf = may not); positions before 0 are
-    masked. Made once per shape: they never change and nothing writes to them."""
+def _constants(
+    b_len: int,
+    w: int,
+    tbptt: int | None,
+    padded: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...], tuple[Tensor, ...]]:
+    """Per group of UNROLL chunks of ``b_len``: the additive SWA masks over [W-1 cache slots ;
+    own keys] (U, c, W-1+c), the memory masks over all ``padded`` positions (U, c, Tp) (0 =
+    may attend, -inf = may not; positions before 0 masked) and the TBPTT cut flags (U,), as
+    in ``RecurrentLoopedTransformer.decode``: a cut where a chunk start a crosses a multiple
+    of tbptt. Made once per shape: they never change and nothing writes to them."""
     q = torch.arange(padded, device=device)
     inf = torch.tensor(float("-inf"), dtype=dtype, device=device)
     zero = torch.zeros((), dtype=dtype, device=device)
     mem = torch.where(q[None, :] <= q[:, None], zero, inf)  # (Tp, Tp)
-    swa, memory = [], []
+    swa, memory, cuts, last_cut = [], [], [], 0
     for a in range(0, padded, b_len):
         qa = q[a : a + b_len]
         k_pos = torch.arange(a - w + 1, a + b_len, device=device)  # (W-1+c,)
         back = qa[:, None] - k_pos[None, :]
         ok = (k_pos[None, :] >= 0) & (back >= 0) & (back < w)
         swa.append(torch.where(ok, zero, inf))
-        memory.append(mem[a : a + b_len].clone())
-    return tuple(swa), tuple(memory)
+        memory.append(mem[a : a + b_len])
+        cut = tbptt is not None and a // tbptt > last_cut // tbptt
+        last_cut = a if cut else last_cut
+        cuts.append(cut)
+    per_group = range(0, len(swa), UNROLL)
+    return (
+        tuple(torch.stack(swa[i : i + UNROLL]) for i in per_group),
+        tuple(torch.stack(memory[i : i + UNROLL]) for i in per_group),
+        tuple(torch.tensor(cuts[i : i + UNROLL], device=device) for i in per_group),
+    )
 
 
 def padded_length(length: int, interval: int) -> int:
-    """The compiled length for a sequence of ``length``: a multiple of BUCKET and of B."""
-    quantum = math.lcm(BUCKET, interval)
+    """The compiled length for a sequence of ``length``: a multiple of BUCKET and of a group
+    (UNROLL chunks of B)."""
+    quantum = math.lcm(BUCKET, interval * UNROLL)
     return -(-length // quantum) * quantum
 
 
@@ -189,6 +257,7 @@ def compiled_decode(
     h = spec.n_heads
     dh = d // h
     padded = padded_length(t_len, b_len)
+    group = b_len * UNROLL  # positions per compiled call
     pad = padded - t_len
     if pad:
         e, ge = F.pad(e, (0, 0, 0, pad)), F.pad(ge, (0, 0, 0, pad))
@@ -197,49 +266,42 @@ def compiled_decode(
     else:
         mem_k, mem_v = (F.pad(m, (0, 0, 0, pad)) for m in memory)
     if rope is None:
-        cos = e.new_ones(padded, dh // 2)
-        sin = e.new_zeros(padded, dh // 2)
+        cos, sin = e.new_ones(padded, dh // 2), e.new_zeros(padded, dh // 2)
     else:
         cos, sin = rope[:padded].real.to(e.dtype), rope[:padded].imag.to(e.dtype)
-    swa_bias, mem_bias = _biases(b_len, spec.window, padded, e.dtype, e.device)
-    # contiguous per-chunk inputs: views at growing offsets would make the compiled call
+    swa_bias, mem_bias, cuts = _constants(b_len, spec.window, spec.tbptt, padded, e.dtype, e.device)
+    # contiguous per-group inputs: views at growing offsets would make the compiled call
     # copy (or guard on) misaligned inputs
-    e_c = [x.contiguous() for x in e.split(b_len, dim=1)]
-    ge_c = [x.contiguous() for x in ge.split(b_len, dim=1)]
-    cos_c = [x.contiguous() for x in cos.split(b_len)]
-    sin_c = [x.contiguous() for x in sin.split(b_len)]
+    e_g = [x.contiguous() for x in e.split(group, dim=1)]
+    ge_g = [x.contiguous() for x in ge.split(group, dim=1)]
+    cos_g = [x.contiguous() for x in cos.split(group)]
+    sin_g = [x.contiguous() for x in sin.split(group)]
     weights = [w for block in layer_weights for w in block]
-    cache = e.new_zeros(max(n_layers, 1), n, h, spec.window - 1, dh)
-    cache_k, cache_v = cache, cache
+    cache_k = cache_v = e.new_zeros(max(n_layers, 1), n, h, spec.window - 1, dh)
     step = compiled_step(e.device.type)
     if e.device.type == "cuda":
         torch.compiler.cudagraph_mark_step_begin()
-    # contiguous states: the first (s* expanded) and the later ones (views of an output) would
-    # otherwise differ in strides and compile twice
-    s, outputs, last_cut = s0.contiguous(), [], 0
-    for ci, a in enumerate(range(0, padded, b_len)):
-        if spec.tbptt is not None and a // spec.tbptt > last_cut // spec.tbptt:
-            s, cache_k, cache_v = s.detach(), cache_k.detach(), cache_v.detach()
-            last_cut = a
-        x, cache_k, cache_v = step(
-            e_c[ci],
-            ge_c[ci],
+    # contiguous: the first state (s* expanded) would otherwise compile a second graph
+    s, outputs = s0.contiguous(), []
+    for gi in range(-(-t_len // group)):  # groups of padding only are skipped
+        x, cache_k, cache_v, s = step(
+            e_g[gi],
+            ge_g[gi],
             s,
             cache_k,
             cache_v,
             mem_k,
             mem_v,
-            swa_bias[ci],
-            mem_bias[ci],
-            cos_c[ci],
-            sin_c[ci],
+            swa_bias[gi],
+            mem_bias[gi],
+            cos_g[gi],
+            sin_g[gi],
+            cuts[gi],
             *merge_weights,
             *weights,
             alpha=spec.alpha,
             eps=spec.eps,
         )
         outputs.append(x)
-        s = x[:, -1].contiguous()  # chunks are all complete here (padded to a multiple of B)
-        if a + b_len >= t_len:
-            break  # later chunks would be padding only
+        s = s.contiguous()  # whatever layout the graph returned it in: one graph per shape
     return torch.cat(outputs, dim=1)[:, :t_len]

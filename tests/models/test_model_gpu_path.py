@@ -97,3 +97,27 @@ def test_one_bf16_mixed_training_step_is_finite(device, family):
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
     opt.step()
     assert all(p.dtype == torch.float32 and torch.isfinite(p).all() for p in model.parameters())
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("feedback_interval", [1, 4])
+def test_compiled_step_on_cuda_equals_the_plain_path(precision, feedback_interval):
+    """The compiled chunk step with inductor's CUDA graphs (rlt/models/compiled.py), two
+    training steps in a row (the second replays the graphs), against the plain path; the CPU
+    half is tests/models/test_model_compiled.py."""
+    torch.manual_seed(0)
+    config = RLTConfig.from_split("1+2", window=4, feedback_interval=feedback_interval, **TINY)
+    model = build_model(config).cuda()
+    tokens = torch.randint(1, 140, (3, 21), generator=torch.Generator().manual_seed(1)).cuda()
+    bf16 = precision == "bf16"
+    plain_out, plain_grads = outputs_and_grads(model, tokens, fused=False, bf16=bf16)
+    model.compiled_step = True
+    for _ in range(2):
+        out, grads = outputs_and_grads(model, tokens, fused=True, bf16=bf16)
+    out_tol, grad_tol = TOLERANCE[precision]
+    assert relative(out, plain_out) <= out_tol
+    assert grads.keys() == plain_grads.keys()
+    for name, grad in plain_grads.items():
+        assert relative(grads[name], grad) <= grad_tol, name
