@@ -1,11 +1,13 @@
-"""The compiled decoder recurrence: RLT-1/RLT-2 training with one compiled call per chunk.
+"""The compiled decoder recurrence: RLT-1/RLT-2 training, UNROLL chunks per compiled call.
 
 The eager fused recurrence (rlt/models/recurrence.py) pays per-op dispatch for every token:
 dozens of small kernels per decoder block, microseconds each on 64-wide data, and on a GPU
-one launch each. Here one chunk of the recurrence (the gated merge and every decoder block)
-is a pure function of fixed-shape tensors, compiled once by ``torch.compile`` (inductor:
-generated C++ on the CPU, Triton and CUDA graphs on a GPU); autograd chains the chunks and
-runs each chunk's compiled backward. Semantics are those of
+one launch each. Here a group of UNROLL chunks of the recurrence (the gated merge and every
+decoder block, chunk after chunk) is a pure function of fixed-shape tensors, compiled once by
+``torch.compile`` (inductor: generated C++ on the CPU, Triton and CUDA graphs on a GPU);
+autograd chains the groups and runs each group's compiled backward. The eager fused path
+stays the reference for speed and the fallback (no compiler); ``trainer.compile`` chooses
+(rlt.training.trainer_setup.resolve_compile). Semantics are those of
 ``RecurrentLoopedTransformer.decode`` from the initial state (chunks of B anchored at 0, TBPTT
 cuts, the SWA caches); tests/models/test_model_compiled.py holds outputs and every gradient
 equal to it.
@@ -16,16 +18,16 @@ Fixed shapes, so that one compiled graph serves every chunk of every step:
 - the SWA cache as a (W-1)-slot tensor per layer, updated functionally;
 - the memory attention over all of the (padded) memory with an additive mask, instead of
   the growing prefix 0..b-1 (more arithmetic over masked keys: at most the training length);
-- the sequence padded to a multiple of ``BUCKET`` positions (and of B): the padded positions
-  come after every real one, so causality keeps them out of every real output, and their
-  outputs are dropped. A new bucket or batch size compiles one more graph.
+- TBPTT cuts as flags: ``where(cut, x.detach(), x)`` passes the same values and no gradient;
+- the sequence padded to a multiple of ``BUCKET`` positions (and of a group): the padded
+  positions come after every real one, so causality keeps them out of every real output, and
+  their outputs are dropped. A new bucket or batch size compiles one more graph.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import os
 import shutil
 
 import torch
@@ -41,7 +43,7 @@ BUCKET = 16
 
 # Chunks per compiled call: the call's fixed cost (guards, autograd node, wrapper: a few
 # hundred microseconds on the CPU) is shared by this many chunks; compile time grows with it.
-UNROLL = int(os.environ.get("RLT_UNROLL", "4"))
+UNROLL = 4
 
 # Compiles whose guards dynamo may keep per step function before it falls back to eager
 # (its default is 8): buckets x batch sizes x devices of one process.

@@ -207,6 +207,15 @@ def check_environment(cfg: DictConfig, *, cuda: bool = True) -> None:
     compile_mode = trainer.get("compile", "auto")
     if compile_mode not in COMPILE_MODES and not isinstance(compile_mode, bool):
         raise ConfigError(f"trainer.compile must be auto, on or off, got {compile_mode!r}")
+    if cuda and compile_mode in ("on", True):  # the jobs run here: the compiler must be here
+        from rlt.models.compiled import compiler_available
+
+        ok, why = compiler_available("cuda" if accelerator in ("gpu", "cuda") else "cpu")
+        if not ok:
+            raise ConfigError(
+                f"trainer.compile=on, but torch.compile cannot run here: {why}. Install one, "
+                "or use trainer.compile=auto (falls back to the eager recurrence) or off"
+            )
 
 
 def _feedback_schedule(cfg: DictConfig, family: str) -> FeedbackSchedule | None:

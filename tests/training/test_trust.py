@@ -210,6 +210,7 @@ def test_a_grid_with_one_bad_cell_is_refused_before_any_cell_trains(tmp_path):
         ("trainer.threads=0", "trainer.threads"),
         ("trainer.threads=abc", "trainer.threads"),
         ("scale.warmup_steps=100", "warmup_steps"),
+        ("trainer.compile=maybe", "trainer.compile must be auto, on or off"),
     ],
 )
 def test_refused_values_leave_root_as_it_was(tmp_path, capsys, override, message):
@@ -220,6 +221,14 @@ def test_refused_values_leave_root_as_it_was(tmp_path, capsys, override, message
     assert message in refused_by_precheck(tiny(root, *SHORT, *extra, override), capsys)
     assert listing(tmp_path) == before
     assert not (tmp_path / "escaped").exists()
+
+
+def test_compile_on_without_a_compiler_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    root = tmp_path / "root"
+    message = refused_by_precheck(tiny(root, *SHORT, "trainer.compile=on"), capsys)
+    assert "no C++ compiler" in message and "trainer.compile=auto" in message
+    assert not root.exists()
 
 
 def test_train_py_refuses_before_hydra_creates_a_directory(tmp_path):
