@@ -101,14 +101,15 @@ def test_one_bf16_mixed_training_step_is_finite(device, family):
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-@pytest.mark.parametrize("feedback_interval", [1, 4])
-def test_compiled_step_on_cuda_equals_the_plain_path(precision, feedback_interval):
-    """The compiled chunk step with inductor's CUDA graphs (rlt/models/compiled.py), two
-    training steps in a row (the second replays the graphs), against the plain path; the CPU
-    half is tests/models/test_model_compiled.py."""
+def test_compiled_step_on_cuda_equals_the_plain_path():
+    """The compiled chunk step with inductor's CUDA graphs (rlt/models/compiled.py) under bf16
+    autocast, as trainer=gpu trains: two steps in a row (the second replays the graphs),
+    against the plain path. One case (B=4 with TBPTT cuts inside chunks and T not a multiple
+    of B) because each compiles Triton kernels within the check's time; the CPU half, every
+    case in float32, is tests/models/test_model_compiled.py."""
+    precision = "bf16"
     torch.manual_seed(0)
-    config = RLTConfig.from_split("1+2", window=4, feedback_interval=feedback_interval, **TINY)
+    config = RLTConfig.from_split("1+2", window=4, feedback_interval=4, tbptt=6, **TINY)
     model = build_model(config).cuda()
     tokens = torch.randint(1, 140, (3, 21), generator=torch.Generator().manual_seed(1)).cuda()
     bf16 = precision == "bf16"
