@@ -217,9 +217,10 @@ class DecoderBlock(nn.Module):
 
     Mirrored by hand: RLT-1/RLT-2 train through the fused recurrence in
     rlt/models/recurrence.py (its own forward and hand-written backward of this block, fed by
-    :meth:`fused_weights`). A change here (a new sublayer, norm, bias or activation) must be
-    made there too; tests/models/test_model_fused.py holds the two equal (outputs and every
-    gradient) and fails when they diverge.
+    :meth:`fused_weights`) or the compiled step in rlt/models/compiled.py. A change here (a
+    new sublayer, norm, bias or activation) must be made there too;
+    tests/models/test_model_fused.py and test_model_compiled.py hold them equal (outputs and
+    every gradient) and fail when they diverge.
     """
 
     def __init__(self, config: _CommonConfig) -> None:

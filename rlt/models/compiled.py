@@ -1,9 +1,9 @@
-"""The compiled decoder recurrence: RLT-1/RLT-2 training, UNROLL chunks per compiled call.
+"""The compiled decoder recurrence: RLT-1/RLT-2 training, a few chunks per compiled call.
 
 The eager fused recurrence (rlt/models/recurrence.py) pays per-op dispatch for every token:
 dozens of small kernels per decoder block, microseconds each on 64-wide data, and on a GPU
-one launch each. Here a group of UNROLL chunks of the recurrence (the gated merge and every
-decoder block, chunk after chunk) is a pure function of fixed-shape tensors, compiled once by
+one launch each. Here a group of chunks of the recurrence (about UNROLL positions: the gated
+merge and every decoder block, chunk after chunk) is a pure function of fixed-shape tensors, compiled once by
 ``torch.compile`` (inductor: generated C++ on the CPU, Triton and CUDA graphs on a GPU);
 autograd chains the groups and runs each group's compiled backward. The eager fused path
 stays the reference for speed and the fallback (no compiler); ``trainer.compile`` chooses
@@ -41,9 +41,18 @@ from rlt.models.recurrence import LAYER_WEIGHTS, RecurrenceSpec
 # Sequence lengths are padded up to a multiple of this (and of a group): one graph per bucket.
 BUCKET = 16
 
-# Chunks per compiled call: the call's fixed cost (guards, autograd node, wrapper: a few
-# hundred microseconds on the CPU) is shared by this many chunks; compile time grows with it.
+# Positions per compiled call (UNROLL // B chunks, at least one): the call's fixed cost
+# (guards, autograd node, wrapper: a few hundred microseconds on the CPU) is shared by them;
+# compile time grows with it. Measured at the laptop shape (BENCHMARKS.md): RLT-1 with 4
+# chunks per call 25 ms/step, with 1 chunk 30+; RLT-2 B=4 with 4 chunks (16 positions) per
+# call was slower than eager (padding to whole groups).
 UNROLL = 4
+
+
+def chunks_per_call(interval: int) -> int:
+    """Chunks of B positions that one compiled call runs: about UNROLL positions."""
+    return max(1, UNROLL // interval)
+
 
 # Compiles whose guards dynamo may keep per step function before it falls back to eager
 # (its default is 8): buckets x batch sizes x devices of one process.
@@ -206,7 +215,7 @@ def _constants(
     dtype: torch.dtype,
     device: torch.device,
 ) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...], tuple[Tensor, ...]]:
-    """Per group of UNROLL chunks of ``b_len``: the additive SWA masks over [W-1 cache slots ;
+    """Per group of ``chunks_per_call(b_len)`` chunks of ``b_len``: the additive SWA masks over [W-1 cache slots ;
     own keys] (U, c, W-1+c), the memory masks over all ``padded`` positions (U, c, Tp) (0 =
     may attend, -inf = may not; positions before 0 masked) and the TBPTT cut flags (U,), as
     in ``RecurrentLoopedTransformer.decode``: a cut where a chunk start a crosses a multiple
@@ -226,18 +235,19 @@ def _constants(
         cut = tbptt is not None and a // tbptt > last_cut // tbptt
         last_cut = a if cut else last_cut
         cuts.append(cut)
-    per_group = range(0, len(swa), UNROLL)
+    u = chunks_per_call(b_len)
+    per_group = range(0, len(swa), u)
     return (
-        tuple(torch.stack(swa[i : i + UNROLL]) for i in per_group),
-        tuple(torch.stack(memory[i : i + UNROLL]) for i in per_group),
-        tuple(torch.tensor(cuts[i : i + UNROLL], device=device) for i in per_group),
+        tuple(torch.stack(swa[i : i + u]) for i in per_group),
+        tuple(torch.stack(memory[i : i + u]) for i in per_group),
+        tuple(torch.tensor(cuts[i : i + u], device=device) for i in per_group),
     )
 
 
 def padded_length(length: int, interval: int) -> int:
     """The compiled length for a sequence of ``length``: a multiple of BUCKET and of a group
-    (UNROLL chunks of B)."""
-    quantum = math.lcm(BUCKET, interval * UNROLL)
+    (``chunks_per_call(B)`` chunks of B)."""
+    quantum = math.lcm(BUCKET, interval * chunks_per_call(interval))
     return -(-length // quantum) * quantum
 
 
@@ -259,7 +269,7 @@ def compiled_decode(
     h = spec.n_heads
     dh = d // h
     padded = padded_length(t_len, b_len)
-    group = b_len * UNROLL  # positions per compiled call
+    group = b_len * chunks_per_call(b_len)  # positions per compiled call
     pad = padded - t_len
     if pad:
         e, ge = F.pad(e, (0, 0, 0, pad)), F.pad(ge, (0, 0, 0, pad))

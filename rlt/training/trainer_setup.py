@@ -34,18 +34,24 @@ def resolve_threads(cfg: DictConfig) -> int:
     return int(threads)
 
 
-# trainer.compile=auto compiles from this many optimizer steps on (docs/PERFORMANCE.md: the
-# compile costs about as much as this many steps save at the laptop shape).
-AUTO_COMPILE_MIN_STEPS = 2000
+# trainer.compile=auto: when the compiled chunk step repays its compile (BENCHMARKS.md,
+# "Compiled chunk step"). At the paper's width it saves ~0.26 s of a 5.2 s step and compiles
+# in ~90 s: repaid after ~350 steps. At width 64 it saves 0-25 ms a step and compiles in
+# 40-100 s (a graph per length bucket): the laptop parity cell took 2 min 04 s compiled
+# against 1 min 31 s eager. On CUDA nothing is measured yet (docs/GPU.md): auto stays eager.
+AUTO_COMPILE_MIN_STEPS = 1000
+AUTO_COMPILE_MIN_WIDTH = 256
 
 
 def resolve_compile(
     setting: Any, model: torch.nn.Module, device_type: str, max_steps: int
 ) -> tuple[bool, str]:
     """``trainer.compile`` (auto | on | off) for this run: whether its RLT-1/RLT-2 model trains
-    through the compiled chunk step, and why. ``on`` without a compiler is an error naming the
-    fix; models without a recurrence to compile (RLT-0, the baselines, the plain autograd
-    path, checkpointed activations) never compile."""
+    through the compiled chunk step, and why. ``auto`` compiles on the CPU from width
+    AUTO_COMPILE_MIN_WIDTH and AUTO_COMPILE_MIN_STEPS steps (where it was measured to pay),
+    never on CUDA yet. ``on`` without a compiler is an error naming the fix; models without a
+    recurrence to compile (RLT-0, the baselines, the plain autograd path, checkpointed
+    activations) never compile."""
     from rlt.models.compiled import compiler_available
     from rlt.training.spec import ConfigError
 
@@ -62,6 +68,20 @@ def resolve_compile(
     )
     if not recurrent:
         return False, "no fused RLT-1/RLT-2 recurrence to compile"
+    if mode == "auto":
+        width = getattr(config, "d_model", 0)
+        if device_type != "cpu":
+            return False, f"auto: the compiled step is not yet measured on {device_type} (use on)"
+        if width < AUTO_COMPILE_MIN_WIDTH:
+            return (
+                False,
+                f"auto: width {width} < {AUTO_COMPILE_MIN_WIDTH}, too small to repay the compile",
+            )
+        if max_steps < AUTO_COMPILE_MIN_STEPS:
+            return (
+                False,
+                f"auto: {max_steps} steps < {AUTO_COMPILE_MIN_STEPS}, too few to repay the compile",
+            )
     ok, why = compiler_available(device_type)
     if not ok:
         if mode == "on":
@@ -70,11 +90,6 @@ def resolve_compile(
                 "use trainer.compile=auto (falls back to the eager recurrence) or off"
             )
         return False, f"auto: {why}"
-    if mode == "auto" and max_steps < AUTO_COMPILE_MIN_STEPS:
-        return (
-            False,
-            f"auto: {max_steps} steps < {AUTO_COMPILE_MIN_STEPS}, too few to repay the compile",
-        )
     return True, f"trainer.compile={mode}: {why}"
 
 

@@ -16,7 +16,11 @@ import torch
 
 from rlt.models.compiled import BUCKET, compiler_available, padded_length
 from rlt.training.spec import ConfigError
-from rlt.training.trainer_setup import AUTO_COMPILE_MIN_STEPS, resolve_compile
+from rlt.training.trainer_setup import (
+    AUTO_COMPILE_MIN_STEPS,
+    AUTO_COMPILE_MIN_WIDTH,
+    resolve_compile,
+)
 from tests.models.conftest import make_rlt
 
 needs_compiler = pytest.mark.skipif(
@@ -113,19 +117,30 @@ def test_compile_setting_off_and_models_without_a_recurrence_stay_eager() -> Non
 
 
 @needs_compiler
-def test_auto_compiles_only_runs_long_enough_to_repay_it() -> None:
-    model = make_rlt("1+1", 4)
-    on, why = resolve_compile("auto", model, "cpu", AUTO_COMPILE_MIN_STEPS)
+def test_auto_compiles_only_where_it_was_measured_to_pay() -> None:
+    wide = make_rlt("1+1", 4, d_model=AUTO_COMPILE_MIN_WIDTH, n_heads=4, d_ff=64)
+    on, why = resolve_compile("auto", wide, "cpu", AUTO_COMPILE_MIN_STEPS)
     assert on, why
-    on, why = resolve_compile("auto", model, "cpu", AUTO_COMPILE_MIN_STEPS - 1)
+    on, why = resolve_compile("auto", wide, "cpu", AUTO_COMPILE_MIN_STEPS - 1)
     assert not on and "too few" in why
-    assert resolve_compile("on", model, "cpu", 10)[0] is True  # on: whatever the length
-    assert resolve_compile(True, model, "cpu", 10)[0] is True
+    narrow = make_rlt("1+1", 4)  # width 32: the gain does not repay the compile
+    on, why = resolve_compile("auto", narrow, "cpu", 10**6)
+    assert not on and "width" in why
+    assert resolve_compile("on", narrow, "cpu", 10)[0] is True  # on: whatever the run
+    assert resolve_compile(True, narrow, "cpu", 10)[0] is True
+
+
+def test_auto_leaves_cuda_eager_until_it_is_measured(monkeypatch) -> None:
+    monkeypatch.setattr("rlt.models.compiled.compiler_available", lambda device: (True, "ok"))
+    wide = make_rlt("1+1", 4, d_model=AUTO_COMPILE_MIN_WIDTH, n_heads=4, d_ff=64)
+    on, why = resolve_compile("auto", wide, "cuda", 10**6)
+    assert not on and "cuda" in why
+    assert resolve_compile("on", wide, "cuda", 10**6)[0] is True
 
 
 def test_without_a_compiler_auto_falls_back_and_on_names_the_fix(monkeypatch) -> None:
     monkeypatch.setattr("shutil.which", lambda name: None)
-    model = make_rlt("1+1", 1)
+    model = make_rlt("1+1", 1, d_model=AUTO_COMPILE_MIN_WIDTH, n_heads=4, d_ff=64)
     on, why = resolve_compile("auto", model, "cpu", 10**6)
     assert not on and "C++ compiler" in why
     with pytest.raises(ConfigError, match="trainer.compile=auto"):
