@@ -36,7 +36,7 @@ from torch import Tensor
 
 from rlt.models.blocks import BlockWeights
 from rlt.models.merge import MergeWeights
-from rlt.models.recurrence import LAYER_WEIGHTS, RecurrenceSpec
+from rlt.models.recurrence import RecurrenceSpec, blocks_from_flat
 
 # Sequence lengths are padded up to a multiple of this (and of a group): one graph per bucket.
 BUCKET = 16
@@ -125,7 +125,7 @@ def chunk_group(
     mem_bias: Tensor,
     cos: Tensor,
     sin: Tensor,
-    cut: Tensor,
+    cut: Tensor | None,
     w_sn: Tensor,
     w_sp: Tensor,
     *layer_weights: Tensor,
@@ -138,20 +138,18 @@ def chunk_group(
     e, ge (N, U*c, d); s (N, d); cache_k/v (L, N, H, W-1, Dh): the W-1 positions before the
     group; mem_k/v (N, H, Tp, Dh); swa_bias (U, c, W-1+c) and mem_bias (U, c, Tp): 0 where a
     query may attend, -inf elsewhere; cos, sin (U*c, Dh/2); cut (U,) bool: a TBPTT cut at the
-    chunk's start (the state and caches entering it pass no gradient back). Returns the
+    chunk's start (the state and caches entering it pass no gradient back), None for a group
+    without cuts (the common case: a second graph, without the per-chunk selects). Returns the
     outputs (N, U*c, d), the caches and the state after the group.
     """
     n_chunks, c = swa_bias.shape[0], swa_bias.shape[1]
-    layers = [
-        BlockWeights(*layer_weights[i : i + LAYER_WEIGHTS])
-        for i in range(0, len(layer_weights), LAYER_WEIGHTS)
-    ]
+    layers = blocks_from_flat(layer_weights)
     outputs = []
     for u in range(n_chunks):
-        # detach where cut: same values, no gradient into what came before
-        s = torch.where(cut[u], s.detach(), s)
-        cache_k = torch.where(cut[u], cache_k.detach(), cache_k)
-        cache_v = torch.where(cut[u], cache_v.detach(), cache_v)
+        if cut is not None:  # detach where cut: same values, no gradient into what came before
+            s = torch.where(cut[u], s.detach(), s)
+            cache_k = torch.where(cut[u], cache_k.detach(), cache_k)
+            cache_v = torch.where(cut[u], cache_v.detach(), cache_v)
         part = slice(u * c, (u + 1) * c)
         gs, ws = (_rms(s, w_sn, eps) @ w_sp.T).chunk(2, dim=-1)  # (N, d) each
         x = e[:, part] + alpha * torch.sigmoid(ge[:, part] + gs[:, None]) * ws[:, None]
@@ -214,10 +212,11 @@ def _constants(
     padded: int,
     dtype: torch.dtype,
     device: torch.device,
-) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...], tuple[Tensor, ...]]:
+) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...], tuple[Tensor | None, ...]]:
     """Per group of ``chunks_per_call(b_len)`` chunks of ``b_len``: the additive SWA masks over [W-1 cache slots ;
     own keys] (U, c, W-1+c), the memory masks over all ``padded`` positions (U, c, Tp) (0 =
-    may attend, -inf = may not; positions before 0 masked) and the TBPTT cut flags (U,), as
+    may attend, -inf = may not; positions before 0 masked) and the TBPTT cut flags (U,) or None
+    where a group has none, as
     in ``RecurrentLoopedTransformer.decode``: a cut where a chunk start a crosses a multiple
     of tbptt. Made once per shape: they never change and nothing writes to them."""
     q = torch.arange(padded, device=device)
@@ -240,7 +239,10 @@ def _constants(
     return (
         tuple(torch.stack(swa[i : i + u]) for i in per_group),
         tuple(torch.stack(memory[i : i + u]) for i in per_group),
-        tuple(torch.tensor(cuts[i : i + u], device=device) for i in per_group),
+        tuple(
+            torch.tensor(cuts[i : i + u], device=device) if any(cuts[i : i + u]) else None
+            for i in per_group
+        ),
     )
 
 

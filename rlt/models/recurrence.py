@@ -501,7 +501,7 @@ def _backward(
     return [gx[0], gge, g_mem_k, g_mem_v, ds0, g_w_sn, g_w_sp, *layer_grads]
 
 
-def _blocks(flat: tuple[Tensor, ...]) -> list[BlockWeights]:
+def blocks_from_flat(flat: tuple[Tensor, ...]) -> list[BlockWeights]:
     """The per-block weights from the flat tuple autograd.Function needs (fields in order)."""
     return [BlockWeights(*flat[i : i + LAYER_WEIGHTS]) for i in range(0, len(flat), LAYER_WEIGHTS)]
 
@@ -510,7 +510,7 @@ class _FusedRecurrence(torch.autograd.Function):
     @staticmethod
     def forward(ctx, spec, freqs, e, ge, mem_k, mem_v, s0, w_sn, w_sp, *layer_weights):
         t_len, _, d = e.shape
-        layers = _blocks(layer_weights)
+        layers = blocks_from_flat(layer_weights)
         tables = rope_tables(freqs, t_len, d // spec.n_heads, e)
         ops = layout_for(d // spec.n_heads)
         sv = _forward(spec, ops, HeadMajor, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers)
@@ -523,7 +523,7 @@ class _FusedRecurrence(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out):
         e, ge, mem_k, mem_v, s0, w_sn, w_sp, *flat = ctx.saved_tensors
-        layers = _blocks(flat)
+        layers = blocks_from_flat(flat)
         grads = _backward(
             ctx.spec,
             ctx.ops,

@@ -183,6 +183,14 @@ def check_writable_root(path: Path) -> None:
 COMPILE_MODES = ("auto", "on", "off")
 
 
+def no_compiler(why: str) -> ConfigError:
+    """The error for trainer.compile=on where torch.compile cannot run, with the fix."""
+    return ConfigError(
+        f"trainer.compile=on, but torch.compile cannot run here: {why}. Install one, or use "
+        "trainer.compile=auto (falls back to the eager recurrence) or off"
+    )
+
+
 def check_environment(cfg: DictConfig, *, cuda: bool = True) -> None:
     """What this machine must provide for the trainer settings: CUDA for a GPU accelerator
     (unless ``cuda=False``: the jobs run elsewhere), a positive thread count. Checked before
@@ -212,10 +220,7 @@ def check_environment(cfg: DictConfig, *, cuda: bool = True) -> None:
 
         ok, why = compiler_available("cuda" if accelerator in ("gpu", "cuda") else "cpu")
         if not ok:
-            raise ConfigError(
-                f"trainer.compile=on, but torch.compile cannot run here: {why}. Install one, "
-                "or use trainer.compile=auto (falls back to the eager recurrence) or off"
-            )
+            raise no_compiler(why)
 
 
 def _feedback_schedule(cfg: DictConfig, family: str) -> FeedbackSchedule | None:

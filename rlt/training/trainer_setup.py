@@ -53,7 +53,7 @@ def resolve_compile(
     recurrence to compile (RLT-0, the baselines, the plain autograd path, checkpointed
     activations) never compile."""
     from rlt.models.compiled import compiler_available
-    from rlt.training.spec import ConfigError
+    from rlt.training.spec import no_compiler
 
     mode = (
         {True: "on", False: "off"}.get(setting, setting) if isinstance(setting, bool) else setting
@@ -85,10 +85,7 @@ def resolve_compile(
     ok, why = compiler_available(device_type)
     if not ok:
         if mode == "on":
-            raise ConfigError(
-                f"trainer.compile=on, but torch.compile cannot run here: {why}. Install one, or "
-                "use trainer.compile=auto (falls back to the eager recurrence) or off"
-            )
+            raise no_compiler(why)
         return False, f"auto: {why}"
     return True, f"trainer.compile={mode}: {why}"
 

@@ -45,6 +45,15 @@ def relative(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-12))
 
 
+def assert_close(out, grads, plain_out, plain_grads, precision: str) -> None:
+    """Outputs and every gradient within the precision's tolerance of the plain path's."""
+    out_tol, grad_tol = TOLERANCE[precision]
+    assert relative(out, plain_out) <= out_tol
+    assert grads.keys() == plain_grads.keys()
+    for name, grad in plain_grads.items():
+        assert relative(grads[name], grad) <= grad_tol, name
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize(
@@ -63,11 +72,7 @@ def test_fused_recurrence_equals_the_plain_path(device, precision, fields):
     bf16 = precision == "bf16"
     plain_out, plain_grads = outputs_and_grads(model, tokens, fused=False, bf16=bf16)
     fused_out, fused_grads = outputs_and_grads(model, tokens, fused=True, bf16=bf16)
-    out_tol, grad_tol = TOLERANCE[precision]
-    assert relative(fused_out, plain_out) <= out_tol
-    assert fused_grads.keys() == plain_grads.keys()
-    for name, grad in plain_grads.items():
-        assert relative(fused_grads[name], grad) <= grad_tol, name
+    assert_close(fused_out, fused_grads, plain_out, plain_grads, precision)
 
 
 FAMILIES = {
@@ -117,8 +122,4 @@ def test_compiled_step_on_cuda_equals_the_plain_path():
     model.compiled_step = True
     for _ in range(2):
         out, grads = outputs_and_grads(model, tokens, fused=True, bf16=bf16)
-    out_tol, grad_tol = TOLERANCE[precision]
-    assert relative(out, plain_out) <= out_tol
-    assert grads.keys() == plain_grads.keys()
-    for name, grad in plain_grads.items():
-        assert relative(grads[name], grad) <= grad_tol, name
+    assert_close(out, grads, plain_out, plain_grads, precision)
