@@ -14,6 +14,10 @@ rlt/models/compiled.py, RLT-0 and the Transformer are compiled whole), so the ra
 compiled with compiled; the first (warm-up) round's extra time is reported as the compile
 time, measured with an empty inductor cache unless ``--warm-cache``.
 
+``--native`` times RLT-1/RLT-2 with the fused recurrence's token loops in C++
+(rlt/models/native.py: the same operations without the interpreter) and reports the time to
+build or load the library.
+
 ``--mode stream`` times inference instead: prefill throughput, per-token decode latency at
 given positions, and the state's bytes per sequence.
 
@@ -203,6 +207,16 @@ def bench_train(args: argparse.Namespace) -> dict[str, Any]:
     }
     # counted on the eager forms (a dispatch mode cannot run inside compiled code)
     flops = {name: count_flops(fn) for name, fn in forward_backward.items()}
+    native_build_s = None
+    if args.native:  # the C++ token loops: build (or load) once, outside the timed steps
+        from rlt.models.native import token_loop
+
+        start = time.perf_counter()
+        token_loop()
+        native_build_s = time.perf_counter() - start
+        for name in ("rlt1", "rlt2"):
+            if name in models:
+                models[name].native_step = True
     stepped = compiled_forms(models) if args.compile else models
     steps = {name: train_step_fn(m, tokens, args) for name, m in stepped.items()}
     if args.cuda_graph:
@@ -236,7 +250,12 @@ def bench_train(args: argparse.Namespace) -> dict[str, Any]:
             # the first step's time beyond a steady one: compiling (and first-call setup)
             "compile_s": first[name] - med if args.compile else None,
         }
-    return {"rows": rows, "mm_gflops_per_s": rate, "ratios": ratios(rows)}
+    return {
+        "rows": rows,
+        "mm_gflops_per_s": rate,
+        "ratios": ratios(rows),
+        "native_build_s": native_build_s,
+    }
 
 
 def ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
@@ -337,7 +356,7 @@ def print_train(result: dict[str, Any], args: argparse.Namespace) -> None:
     print(
         f"\ntraining step, {args.preset} d={args.d_model} split {args.split} batch {args.batch} "
         f"length {args.length} threads {torch.get_num_threads()} {'bf16' if args.bf16 else 'fp32'}"
-        f"{' compiled' if args.compile else ''}"
+        f"{' compiled' if args.compile else ''}{' native' if args.native else ''}"
     )
     header = (
         f"{'variant':<12}{'params':>12}{'median s':>10}{'min-max s':>16}{'cpu s':>8}"
@@ -360,6 +379,8 @@ def print_train(result: dict[str, Any], args: argparse.Namespace) -> None:
             "compile time (first step minus a steady one, s): "
             + ", ".join(f"{name} {r['compile_s']:.1f}" for name, r in rows.items())
         )
+    if args.native:
+        print(f"C++ token loop: built or loaded in {result['native_build_s']:.1f} s")
     print(
         f"torch.mm reference ({args.batch * args.length}x{args.d_model} @ {args.d_model}x{4 * args.d_model}): "
         f"{rate:.1f} GFLOP/s"
@@ -413,6 +434,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--compile", action="store_true", help="time the compiled forms (torch.compile)"
     )
     parser.add_argument(
+        "--native",
+        action="store_true",
+        help="RLT-1/2 run the fused recurrence's token loops in C++ (rlt/models/native.py)",
+    )
+    parser.add_argument(
         "--warm-cache",
         action="store_true",
         help="with --compile: keep inductor's on-disk cache (default: an empty one, so the "
@@ -438,6 +464,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--cuda-graph needs --device cuda")
     if args.compile and args.plain:
         parser.error("--compile and --plain exclude each other (the plain path is never compiled)")
+    if args.native and (args.compile or args.plain):
+        parser.error("--native is the eager fused path's loop: drop --compile / --plain")
     if args.compile and args.cuda_graph:
         parser.error("--compile brings its own CUDA graphs; drop --cuda-graph")
     if args.compile and args.warmup < 1:

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from rlt import bench
-from rlt.models import RLTConfig, build_model
+from rlt.models import RLTConfig, build_model, native
+from rlt.models.native import native_available, token_loop
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -83,6 +84,8 @@ def test_bench_cli_smoke(tmp_path, capsys) -> None:
     [
         ("--compile --plain", "exclude each other"),
         ("--compile --warmup 0", "--warmup >= 1"),
+        ("--native --compile", "drop --compile / --plain"),
+        ("--native --plain", "drop --compile / --plain"),
     ],
 )
 def test_bench_compile_refuses_what_it_cannot_measure(extra, message, capsys) -> None:
@@ -103,3 +106,24 @@ def test_bench_compile_reports_compile_time_and_the_same_keys(tmp_path) -> None:
     assert set(rows) == {"rlt0", "rlt1"}
     assert all(row["compile_s"] > 0 and row["wall_s"]["median"] > 0 for row in rows.values())
     assert eager["train"]["rows"]["rlt1"]["compile_s"] is None
+
+
+@pytest.mark.skipif(not native_available()[0], reason="no C++ token loop here")
+def test_bench_native_times_the_cpp_loop_with_the_same_keys(tmp_path, monkeypatch) -> None:
+    """--native: RLT-1 through the C++ loop (the library's calls counted), the eager JSON keys."""
+    argv = "--preset small --d-model 32 --n-heads 4 --d-ff 48 --split 1+1 --batch 2 --length 8"
+    argv += " --repeats 1 --warmup 0 --threads 1 --mode train --no-memory --variants rlt0,rlt1"
+    eager = bench.main(argv.split())
+    calls = []
+    library = token_loop()
+
+    class Spy:
+        def __getattr__(self, name):
+            calls.append(name)
+            return getattr(library, name)
+
+    monkeypatch.setattr(native, "token_loop", lambda: Spy())
+    result = bench.main([*argv.split(), "--native"])
+    assert result["ratios"].keys() == eager["ratios"].keys()
+    assert result["train"]["native_build_s"] >= 0 and eager["train"]["native_build_s"] is None
+    assert "forward_loop" in calls and "backward_loop" in calls

@@ -254,7 +254,7 @@ def _split(x: Tensor, sizes: list[int], *shape: int) -> tuple[Tensor, ...]:
 
 
 def _forward(
-    spec: RecurrenceSpec, ops, mops, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers
+    spec: RecurrenceSpec, ops, mops, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers, native
 ) -> _Saved:
     t_len, n, d = e.shape
     h, n_layers, wm1, b_int = spec.n_heads, len(layers), spec.window - 1, spec.interval
@@ -296,11 +296,23 @@ def _forward(
     # keys/values of position t in slot W-1+t; the zero slots stand for positions < 0
     sv.K = ops.kv_buffer(n_layers, t_len + wm1, n, h, dh, e)
     sv.V = ops.kv_buffer(n_layers, t_len + wm1, n, h, dh, e)
-    sv.P1 = [[] for _ in layers]  # SWA probabilities per chunk
+    sv.P1 = [None] * (n_layers * len(chunks))  # SWA probabilities, [layer * C + chunk]
     sv.P2 = mops.p2_buffer(n_layers, t_len, n, h, e)  # memory attention probabilities
     # the residual stream itself is only needed within a chunk: three scratch rows
     scratch = e.new_empty(3, max(sizes), n, d)
     x_in, x_1, x_2 = ([t[:c] for c in sizes] for t in scratch)
+
+    if native is not None:  # the same loop in C++ (rlt/models/csrc/token_loop.cpp)
+        sv.P1 = native.forward_loop(
+            [i for chunk in chunks for i in chunk],
+            *(h, spec.window, spec.interval, spec.alpha, ops is TimeMajor),
+            *(eps, e, ge, mem_k, mem_v, s0, w_sp_folded),
+            [w for layer in projections for w in layer],
+            tables,
+            *(sv.S, sv.out, sv.XH, sv.INV, sv.A1, sv.A2, sv.QC, sv.Z13, sv.QKV, sv.K, sv.V),
+            *(sv.P2, scratch),
+        )
+        return sv
 
     # per-chunk views, made once (see _split)
     e_c, ge_c, out_c = _split(e, sizes), _split(ge, sizes), _split(sv.out, sizes)
@@ -338,7 +350,8 @@ def _forward(
             ops.put(sv.K[li], own, qkv[:, :, 1])
             ops.put(sv.V[li], own, qkv[:, :, 2])
             keys, values = ops.keys(sv.K[li], window), ops.keys(sv.V[li], window)
-            sv.P1[li].append(ops.attend(qkv[:, :, 0], keys, values, swa_mask, out=a1_c[li][ci]))
+            p1 = ops.attend(qkv[:, :, 0], keys, values, swa_mask, out=a1_c[li][ci])
+            sv.P1[li * len(chunks) + ci] = p1
             x1 = x_1[ci]
             torch.addmm(x.view(c * n, d), a1_c[li][ci].view(c * n, d), p_o, out=x1.view(c * n, d))
             # -- memory cross-attention over the prefix 0..b-1
@@ -363,7 +376,7 @@ def _forward(
 
 
 def _backward(
-    spec: RecurrenceSpec, ops, mops, sv: _Saved, grad_out: Tensor, tensors
+    spec: RecurrenceSpec, ops, mops, sv: _Saved, grad_out: Tensor, tensors, native
 ) -> list[Tensor | None]:
     e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers = tensors
     t_len, n, d = sv.out.shape
@@ -404,74 +417,86 @@ def _backward(
     gr = e.new_empty(len(chunks), n, d)
     ds0 = None
 
-    # per-chunk views, made once (see _split)
-    xh_c = [[_split(t, sizes) for t in sv.XH[li]] for li in range(n_layers)]
-    inv_c = [[_split(t, sizes) for t in sv.INV[li]] for li in range(n_layers)]
-    gh_c = [[_split(t, sizes, -1, d) for t in gh[li]] for li in range(n_layers)]
-    z13_c = [_split(sv.Z13[li], sizes, -1, 2 * f) for li in range(n_layers)]
-    g13_c = [_split(g13[li], sizes, -1, 2 * f) for li in range(n_layers)]
-    gx_c = [_split(gx[li], sizes) for li in range(n_layers + 1)]
-    gx1_c = [_split(gx1[li], sizes) for li in range(n_layers)]
-    gx2_c = [_split(gx2[li], sizes) for li in range(n_layers)]
-    ga2_c = [_split(ga2[li], sizes, n, h, dh) for li in range(n_layers)]
-    gqc_c = [_split(gqc[li], sizes, n, h, dh) for li in range(n_layers)]
-    gqkv_c = [_split(gqkv[li], sizes) for li in range(n_layers)]
-    q_c = [_split(sv.QKV[li, :, :, 0], sizes) for li in range(n_layers)]
-    inv_rot_c = _split(inverse_rotations, sizes)
-    k_gate_c, k_ws_c, gge_c = _split(k_gate, sizes), _split(k_ws, sizes), _split(gge, sizes)
+    if native is not None:  # the same loop in C++ (rlt/models/csrc/token_loop.cpp)
+        ds0 = native.backward_loop(
+            [i for chunk in chunks for i in chunk],
+            *(h, spec.window, spec.interval, ops is TimeMajor),
+            [w for layer in layers for w in layer],
+            *(w_q_scaled, w_sn, w_sp, mem_k, mem_v, inverse_rotations, sv.P1),
+            *(sv.XH, sv.INV, sv.Z13, sv.QKV, sv.K, sv.V, sv.P2, s_hat, s_inv, k_gate, k_ws),
+            *(gx, gx1, gx2, gqkv, gk, gv, gqc, g13, gh, ga2, ds2, gge, gz, gr),
+        )
+    else:
+        # per-chunk views, made once (see _split)
+        xh_c = [[_split(t, sizes) for t in sv.XH[li]] for li in range(n_layers)]
+        inv_c = [[_split(t, sizes) for t in sv.INV[li]] for li in range(n_layers)]
+        gh_c = [[_split(t, sizes, -1, d) for t in gh[li]] for li in range(n_layers)]
+        z13_c = [_split(sv.Z13[li], sizes, -1, 2 * f) for li in range(n_layers)]
+        g13_c = [_split(g13[li], sizes, -1, 2 * f) for li in range(n_layers)]
+        gx_c = [_split(gx[li], sizes) for li in range(n_layers + 1)]
+        gx1_c = [_split(gx1[li], sizes) for li in range(n_layers)]
+        gx2_c = [_split(gx2[li], sizes) for li in range(n_layers)]
+        ga2_c = [_split(ga2[li], sizes, n, h, dh) for li in range(n_layers)]
+        gqc_c = [_split(gqc[li], sizes, n, h, dh) for li in range(n_layers)]
+        gqkv_c = [_split(gqkv[li], sizes) for li in range(n_layers)]
+        q_c = [_split(sv.QKV[li, :, :, 0], sizes) for li in range(n_layers)]
+        inv_rot_c = _split(inverse_rotations, sizes)
+        k_gate_c, k_ws_c, gge_c = _split(k_gate, sizes), _split(k_ws, sizes), _split(gge, sizes)
 
-    for ci in range(len(chunks) - 1, -1, -1):
-        a, b, cut = chunks[ci]
-        c = b - a
-        window, own, prefix = slice(a, b + wm1), slice(a + wm1, b + wm1), slice(0, b)
-        lo = max(a, cut + wm1)  # slots before the latest TBPTT cut are detached
-        for li in range(n_layers - 1, -1, -1):
-            lw = layers[li]
-            w_an, w_cn, w_fn = lw.attn_norm, lw.cross_norm, lw.ffn_norm
-            w_qkv, w_o, w_co, w_13, w_2 = lw.qkv, lw.attn_out, lw.cross_out, lw.w13, lw.w2
-            xh, inv = [t[ci] for t in xh_c[li]], [t[ci] for t in inv_c[li]]
-            g_out, g_2, g_1 = gx_c[li + 1][ci], gx2_c[li][ci], gx1_c[li][ci]  # (c, N, d)
-            # -- SwiGLU
-            dm = g_out.view(c * n, d) @ w_2  # (c*N, f)
-            pre, grad = z13_c[li][ci], g13_c[li][ci]  # (c*N, 2f)
-            silu_backward(dm * pre[:, f:], pre[:, :f], grad_input=grad[:, :f])
-            torch.mul(dm, F.silu(pre[:, :f]), out=grad[:, f:])
-            dh_ = torch.mm(grad, w_13, out=gh_c[li][2][ci]).view(c, n, d)
-            _rms_backward(dh_, w_fn, xh[2], inv[2], g_out, out=g_2)
-            # -- memory cross-attention
-            da = ga2_c[li][ci]  # (c, N, H, Dh)
-            torch.mm(g_2.view(c * n, d), w_co, out=da.view(c * n, d))
-            keys, values = mops.keys(mem_k, prefix), mops.keys(mem_v, prefix)
-            p = mops.p2(sv.P2[li], slice(a, b), b)
-            dsc = mops.attend_backward(p, da, keys, values, dq=gqc_c[li][ci])
-            mops.p2(ds2[li], slice(a, b), b).copy_(dsc)
-            dh_ = torch.mm(gqc_c[li][ci].view(c * n, d), w_q_scaled[li], out=gh_c[li][1][ci])
-            _rms_backward(dh_.view(c, n, d), w_cn, xh[1], inv[1], g_2, out=g_1)
-            # -- sliding-window self-attention
-            da = (g_1.view(c * n, d) @ w_o).view(c, n, h, dh)
-            g_own = gqkv_c[li][ci]  # (c, N, 3, H, Dh)
-            keys, values = ops.keys(sv.K[li], window), ops.keys(sv.V[li], window)
-            p = sv.P1[li][ci]
-            dsc = ops.attend_backward(p, da, keys, values, dq=g_own[:, :, 0])
-            live = slice(lo, b + wm1)
-            ops.accumulate(ops.keys(gk[li], live), dsc, lo - a, q_c[li][ci])
-            ops.accumulate(ops.keys(gv[li], live), p, lo - a, da)
-            g_own[:, :, 1] = ops.own(gk[li], own)  # complete: later windows are done
-            g_own[:, :, 2] = ops.own(gv[li], own)
-            _rotate(g_own[:, :, :2], inv_rot_c[ci])
-            dh_ = torch.mm(g_own.view(c * n, 3 * d), w_qkv, out=gh_c[li][0][ci])
-            _rms_backward(dh_.view(c, n, d), w_an, xh[0], inv[0], g_1, out=gx_c[li][ci])
-        # -- gated merge: dL/du = gx[0, a:b] (which is also dL/de)
-        du = gx_c[0][ci]  # (c, N, d)
-        torch.mul(du, k_gate_c[ci], out=gge_c[ci])
-        torch.sum(gge_c[ci], dim=0, out=gz[ci, :, :d])
-        torch.sum(du * k_ws_c[ci], dim=0, out=gz[ci, :, d:])
-        torch.mm(gz[ci], w_sp, out=gr[ci])  # dL/dr (N, d)
-        ds = _rms_backward(gr[ci], w_sn, s_hat[ci], s_inv[ci], None, out=torch.empty_like(gr[ci]))
-        if a == 0:
-            ds0 = ds
-        elif cut != a:  # the state entering a chunk after a cut is detached
-            gx[n_layers, a - 1] += ds
+        for ci in range(len(chunks) - 1, -1, -1):
+            a, b, cut = chunks[ci]
+            c = b - a
+            window, own, prefix = slice(a, b + wm1), slice(a + wm1, b + wm1), slice(0, b)
+            lo = max(a, cut + wm1)  # slots before the latest TBPTT cut are detached
+            for li in range(n_layers - 1, -1, -1):
+                lw = layers[li]
+                w_an, w_cn, w_fn = lw.attn_norm, lw.cross_norm, lw.ffn_norm
+                w_qkv, w_o, w_co, w_13, w_2 = lw.qkv, lw.attn_out, lw.cross_out, lw.w13, lw.w2
+                xh, inv = [t[ci] for t in xh_c[li]], [t[ci] for t in inv_c[li]]
+                g_out, g_2, g_1 = gx_c[li + 1][ci], gx2_c[li][ci], gx1_c[li][ci]  # (c, N, d)
+                # -- SwiGLU
+                dm = g_out.view(c * n, d) @ w_2  # (c*N, f)
+                pre, grad = z13_c[li][ci], g13_c[li][ci]  # (c*N, 2f)
+                silu_backward(dm * pre[:, f:], pre[:, :f], grad_input=grad[:, :f])
+                torch.mul(dm, F.silu(pre[:, :f]), out=grad[:, f:])
+                dh_ = torch.mm(grad, w_13, out=gh_c[li][2][ci]).view(c, n, d)
+                _rms_backward(dh_, w_fn, xh[2], inv[2], g_out, out=g_2)
+                # -- memory cross-attention
+                da = ga2_c[li][ci]  # (c, N, H, Dh)
+                torch.mm(g_2.view(c * n, d), w_co, out=da.view(c * n, d))
+                keys, values = mops.keys(mem_k, prefix), mops.keys(mem_v, prefix)
+                p = mops.p2(sv.P2[li], slice(a, b), b)
+                dsc = mops.attend_backward(p, da, keys, values, dq=gqc_c[li][ci])
+                mops.p2(ds2[li], slice(a, b), b).copy_(dsc)
+                dh_ = torch.mm(gqc_c[li][ci].view(c * n, d), w_q_scaled[li], out=gh_c[li][1][ci])
+                _rms_backward(dh_.view(c, n, d), w_cn, xh[1], inv[1], g_2, out=g_1)
+                # -- sliding-window self-attention
+                da = (g_1.view(c * n, d) @ w_o).view(c, n, h, dh)
+                g_own = gqkv_c[li][ci]  # (c, N, 3, H, Dh)
+                keys, values = ops.keys(sv.K[li], window), ops.keys(sv.V[li], window)
+                p = sv.P1[li * len(chunks) + ci]
+                dsc = ops.attend_backward(p, da, keys, values, dq=g_own[:, :, 0])
+                live = slice(lo, b + wm1)
+                ops.accumulate(ops.keys(gk[li], live), dsc, lo - a, q_c[li][ci])
+                ops.accumulate(ops.keys(gv[li], live), p, lo - a, da)
+                g_own[:, :, 1] = ops.own(gk[li], own)  # complete: later windows are done
+                g_own[:, :, 2] = ops.own(gv[li], own)
+                _rotate(g_own[:, :, :2], inv_rot_c[ci])
+                dh_ = torch.mm(g_own.view(c * n, 3 * d), w_qkv, out=gh_c[li][0][ci])
+                _rms_backward(dh_.view(c, n, d), w_an, xh[0], inv[0], g_1, out=gx_c[li][ci])
+            # -- gated merge: dL/du = gx[0, a:b] (which is also dL/de)
+            du = gx_c[0][ci]  # (c, N, d)
+            torch.mul(du, k_gate_c[ci], out=gge_c[ci])
+            torch.sum(gge_c[ci], dim=0, out=gz[ci, :, :d])
+            torch.sum(du * k_ws_c[ci], dim=0, out=gz[ci, :, d:])
+            torch.mm(gz[ci], w_sp, out=gr[ci])  # dL/dr (N, d)
+            ds = _rms_backward(
+                gr[ci], w_sn, s_hat[ci], s_inv[ci], None, out=torch.empty_like(gr[ci])
+            )
+            if a == 0:
+                ds0 = ds
+            elif cut != a:  # the state entering a chunk after a cut is detached
+                gx[n_layers, a - 1] += ds
 
     # -- batched weight and memory gradients
     flat = (t_len * n, -1)
@@ -508,13 +533,15 @@ def blocks_from_flat(flat: tuple[Tensor, ...]) -> list[BlockWeights]:
 
 class _FusedRecurrence(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, spec, freqs, e, ge, mem_k, mem_v, s0, w_sn, w_sp, *layer_weights):
+    def forward(ctx, spec, native, freqs, e, ge, mem_k, mem_v, s0, w_sn, w_sp, *layer_weights):
         t_len, _, d = e.shape
         layers = blocks_from_flat(layer_weights)
         tables = rope_tables(freqs, t_len, d // spec.n_heads, e)
         ops = layout_for(d // spec.n_heads)
-        sv = _forward(spec, ops, HeadMajor, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers)
-        ctx.ops = ops
+        sv = _forward(
+            spec, ops, HeadMajor, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers, native
+        )
+        ctx.ops, ctx.native = ops, native
         ctx.spec, ctx.sv = spec, sv
         ctx.save_for_backward(e, ge, mem_k, mem_v, s0, w_sn, w_sp, *layer_weights)
         return sv.out.transpose(0, 1)  # (N, T, d)
@@ -531,9 +558,10 @@ class _FusedRecurrence(torch.autograd.Function):
             ctx.sv,
             grad_out,
             (e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers),
+            ctx.native,
         )
         ctx.sv = None
-        return (None, None, *grads)
+        return (None, None, None, *grads)
 
 
 def fused_decode(
@@ -545,12 +573,14 @@ def fused_decode(
     s0: Tensor,
     merge_weights: MergeWeights,
     layer_weights: list[BlockWeights],
+    native: bool = False,
 ) -> Tensor:
     """Decoder outputs (N, T, d) from e, ge (N, T, d), memory K/V (N, H, T, Dh) and s0 (N, d).
 
     ``merge_weights`` is ``GatedMerge.fused_weights()``, ``layer_weights`` one
     ``DecoderBlock.fused_weights()`` per decoder block. Under autocast everything runs in the
-    autocast dtype (weights cast once, outside the loop).
+    autocast dtype (weights cast once, outside the loop). ``native``: run the two token loops
+    in C++ (rlt/models/native.py), the same operations without the interpreter.
     """
     device = e.device.type
     if torch.is_autocast_enabled(device):
@@ -566,10 +596,18 @@ def fused_decode(
                 cast(s0),
                 MergeWeights(*(cast(w) for w in merge_weights)),
                 [BlockWeights(*(cast(w) for w in block)) for block in layer_weights],
+                native,
             )
     mem_k, mem_v = (None, None) if memory is None else memory
+    if native and memory is not None:
+        from rlt.models.native import token_loop  # built on first use
+
+        module = token_loop()
+    else:  # no memory: the Python loop (the C++ one always attends to a memory)
+        module = None
     out = _FusedRecurrence.apply(
         spec,
+        module,
         rope,
         e.transpose(0, 1).contiguous(),  # (T, N, d)
         ge.transpose(0, 1).contiguous(),

@@ -15,6 +15,7 @@ gradients), which the tests hold equal to ``decode`` in outputs and gradients.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -45,6 +46,10 @@ Memory = tuple[Tensor, Tensor] | None  # memory keys, values: (N, H, T, Dh) each
 
 class RecurrentLoopedTransformer(SequenceModel):
     """RLT of shared/SPEC.md section 1; ``config.feedback_interval`` selects the variant."""
+
+    # Run the eager fused recurrence's two token loops in C++ (rlt/models/native.py): the same
+    # numbers, bit for bit; set by the trainer's native option (rlt.training.trainer_setup).
+    native_step = False
 
     def __init__(self, config: RLTConfig) -> None:
         super().__init__()
@@ -131,7 +136,8 @@ class RecurrentLoopedTransformer(SequenceModel):
             rope = self._rope(0, padded_length(t, spec.interval), e)
             decode = compiled_decode
         else:
-            rope, decode = self._rope(0, t, e), fused_decode
+            rope = self._rope(0, t, e)
+            decode = functools.partial(fused_decode, native=self.native_step)
         return decode(
             spec,
             rope,

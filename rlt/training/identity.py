@@ -30,6 +30,7 @@ RUN_CONTROL = (
     "scale.eval_batch",
     "trainer.threads",
     "trainer.compile",
+    "trainer.native",
     "trainer.progress_bar",
     "trainer.progress_every",
     "trainer.progress_seconds",

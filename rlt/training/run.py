@@ -43,6 +43,7 @@ from rlt.training.trainer_setup import (
     make_loggers,
     quiet_lightning,
     resolve_compile,
+    resolve_native,
     resolve_threads,
 )
 
@@ -345,6 +346,16 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
     module.model.compiled_step = compiled
     if compiled:
         print(f"[rlt] {spec.identity['cell']}: compiled chunk step ({compile_why})", flush=True)
+    native, native_why = resolve_native(
+        cfg.trainer.get("native", "off"),
+        module.model,
+        "cuda" if str(cfg.trainer.accelerator) in ("gpu", "cuda") else "cpu",
+        cfg.scale.max_steps,
+        compiled,
+    )
+    module.model.native_step = native
+    if native:
+        print(f"[rlt] {spec.identity['cell']}: C++ token loop ({native_why})", flush=True)
     recorder = ValidationAndCheckpoints(
         run_dir=run_dir,
         val_loader_fn=dm.val_dataloader,
@@ -381,6 +392,7 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
 
     results = evaluate_policies(spec, module, dm, recorder, module.model.num_parameters())
     results["compiled_step"] = {"on": compiled, "why": compile_why}
+    results["native_loop"] = {"on": native, "why": native_why}
     _write_results(spec, trainer.global_step, recorder, results, fit_seconds)
     log_results(loggers, results)
     if cfg.print_table:

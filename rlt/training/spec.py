@@ -191,6 +191,18 @@ def no_compiler(why: str) -> ConfigError:
     )
 
 
+# trainer.native: the C++ token loops of RLT-1/RLT-2 (rlt.training.trainer_setup.resolve_native)
+NATIVE_MODES = ("auto", "on", "off")
+
+
+def no_native(why: str) -> ConfigError:
+    """The error for trainer.native=on where the C++ token loop cannot be built, with the fix."""
+    return ConfigError(
+        f"trainer.native=on, but the C++ token loop cannot be built here: {why}. Fix that, or "
+        "use trainer.native=auto (falls back to the Python loop) or off"
+    )
+
+
 def check_environment(cfg: DictConfig, *, cuda: bool = True) -> None:
     """What this machine must provide for the trainer settings: CUDA for a GPU accelerator
     (unless ``cuda=False``: the jobs run elsewhere), a positive thread count. Checked before
@@ -221,6 +233,15 @@ def check_environment(cfg: DictConfig, *, cuda: bool = True) -> None:
         ok, why = compiler_available("cuda" if accelerator in ("gpu", "cuda") else "cpu")
         if not ok:
             raise no_compiler(why)
+    native_mode = trainer.get("native", "auto")
+    if native_mode not in NATIVE_MODES and not isinstance(native_mode, bool):
+        raise ConfigError(f"trainer.native must be auto, on or off, got {native_mode!r}")
+    if cuda and native_mode in ("on", True):
+        from rlt.models.native import native_available
+
+        ok, why = native_available()
+        if not ok:
+            raise no_native(why)
 
 
 def _feedback_schedule(cfg: DictConfig, family: str) -> FeedbackSchedule | None:

@@ -61,12 +61,7 @@ def resolve_compile(
     if mode == "off":
         return False, "trainer.compile=off"
     config = getattr(model, "config", None)
-    recurrent = (
-        getattr(model, "merge", None) is not None
-        and getattr(config, "fused", False)
-        and not getattr(config, "checkpoint_activations", False)
-    )
-    if not recurrent:
+    if not _fused_recurrence(model):
         return False, "no fused RLT-1/RLT-2 recurrence to compile"
     if mode == "auto":
         width = getattr(config, "d_model", 0)
@@ -88,6 +83,67 @@ def resolve_compile(
             raise no_compiler(why)
         return False, f"auto: {why}"
     return True, f"trainer.compile={mode}: {why}"
+
+
+# trainer.native=auto: the C++ token loops (rlt/models/native.py) give the same numbers as the
+# Python loops (bit for bit) and cost one build of ~30 s per machine and torch version, after
+# which every process loads the cached library. auto uses them on the CPU once built, and
+# builds them for a run of AUTO_NATIVE_MIN_STEPS steps or more (at the laptop shape they save
+# ~9 ms a step: the build is repaid after ~3,000 steps; at the small preset ~35 ms a step).
+AUTO_NATIVE_MIN_STEPS = 1000
+
+
+def resolve_native(
+    setting: Any, model: torch.nn.Module, device_type: str, max_steps: int, compiled: bool
+) -> tuple[bool, str]:
+    """``trainer.native`` (auto | on | off) for this run: whether its RLT-1/RLT-2 model runs
+    the fused recurrence's token loops in C++, and why; builds the library when the answer is
+    yes. ``auto``: on the CPU, when the library is already built or the run has at least
+    AUTO_NATIVE_MIN_STEPS steps, and it can be built. ``on`` where it cannot be built is an
+    error naming the fix. Not for a compiled step (it replaces the loops) nor for models
+    without a fused recurrence."""
+    from rlt.models import native
+    from rlt.training.spec import no_native
+
+    mode = (
+        {True: "on", False: "off"}.get(setting, setting) if isinstance(setting, bool) else setting
+    )
+    if mode == "off":
+        return False, "trainer.native=off"
+    if not _fused_recurrence(model):
+        return False, "no fused RLT-1/RLT-2 recurrence"
+    if compiled:
+        return False, "the compiled chunk step replaces the token loops"
+    if mode == "auto":
+        if device_type != "cpu":
+            return False, f"auto: the C++ token loop is not yet measured on {device_type} (use on)"
+        if not native.is_built() and max_steps < AUTO_NATIVE_MIN_STEPS:
+            return (
+                False,
+                f"auto: not built yet, and {max_steps} steps < {AUTO_NATIVE_MIN_STEPS} are too "
+                "few to repay the build",
+            )
+    ok, why = native.native_available()
+    if ok:
+        try:
+            native.token_loop()
+        except Exception as error:  # a broken toolchain: the build's own message
+            ok, why = False, f"the build failed: {str(error).strip().splitlines()[-1]}"
+    if not ok:
+        if mode == "on":
+            raise no_native(why)
+        return False, f"auto: {why}"
+    return True, f"trainer.native={mode}"
+
+
+def _fused_recurrence(model: torch.nn.Module) -> bool:
+    """Whether the model trains through the fused RLT-1/RLT-2 recurrence."""
+    config = getattr(model, "config", None)
+    return (
+        getattr(model, "merge", None) is not None
+        and getattr(config, "fused", False)
+        and not getattr(config, "checkpoint_activations", False)
+    )
 
 
 def _cores() -> int:

@@ -12,6 +12,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import rlt.models.recurrence as recurrence
+from rlt.models.native import native_available
+from rlt.models.rlt import RecurrentLoopedTransformer
 from tests.models.conftest import make_rlt
 
 
@@ -37,6 +39,19 @@ def assert_same(model, tokens: torch.Tensor) -> None:
         assert (fused_grads[name] - grad).abs().max() / scale <= 1e-9, name
 
 
+needs_native = pytest.mark.skipif(
+    not native_available()[0], reason=f"no C++ token loop here: {native_available()[1]}"
+)
+
+
+@pytest.fixture(params=["python", pytest.param("native", marks=needs_native)])
+def loop(request, monkeypatch):
+    """Run each test with both token loops: Python, and the same loop in C++ (native.py)."""
+    if request.param == "native":
+        monkeypatch.setattr(RecurrentLoopedTransformer, "native_step", True)
+    return request.param
+
+
 @pytest.fixture(params=["broadcast", "matmul"])
 def attention_kernel(request, monkeypatch):
     """Run each test with both attention kernels (the head-dim switch picks one by size)."""
@@ -47,7 +62,7 @@ def attention_kernel(request, monkeypatch):
 
 @pytest.mark.parametrize("feedback_interval", [1, 3, 4])
 @pytest.mark.parametrize("split", ["2+2", "0+2", "3+0"])
-def test_fused_equals_plain(split, feedback_interval, attention_kernel, tokens) -> None:
+def test_fused_equals_plain(split, feedback_interval, attention_kernel, loop, tokens) -> None:
     model = make_rlt(split, feedback_interval, window=4).double()
     assert_same(model, tokens)
 
@@ -64,7 +79,7 @@ def test_fused_equals_plain(split, feedback_interval, attention_kernel, tokens) 
         dict(enc_final_norm=True),
     ],
 )
-def test_fused_equals_plain_options(fields, attention_kernel, tokens) -> None:
+def test_fused_equals_plain_options(fields, attention_kernel, loop, tokens) -> None:
     fields = {"feedback_interval": 1, **fields}
     model = make_rlt("1+2", **fields).double()
     assert_same(model, tokens)
@@ -80,7 +95,7 @@ def test_fused_path_is_the_training_default(tokens) -> None:
     assert not make_rlt("2+2", None)._use_fused()  # RLT-0 runs in parallel anyway
 
 
-def test_fused_float32_matches_plain(tokens) -> None:
+def test_fused_float32_matches_plain(loop, tokens) -> None:
     model = make_rlt("2+2", 1)
     plain_out, plain_grads = outputs_and_grads(model, tokens, fused=False)
     fused_out, fused_grads = outputs_and_grads(model, tokens, fused=True)
@@ -90,7 +105,7 @@ def test_fused_float32_matches_plain(tokens) -> None:
 
 
 @pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")
-def test_fused_bf16_autocast_runs_close_to_fp32(tokens) -> None:
+def test_fused_bf16_autocast_runs_close_to_fp32(loop, tokens) -> None:
     """The GPU path's bf16 autocast, exercised on CPU: everything inside runs in bf16."""
     model = make_rlt("2+2", 1)
     reference = model(tokens).detach()
@@ -117,7 +132,7 @@ class _SyncDetector(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_fused_training_step_has_no_host_sync(tokens) -> None:
+def test_fused_training_step_has_no_host_sync(loop, tokens) -> None:
     """Static control flow: the token loop never reads a tensor value back to the host."""
     model = make_rlt("2+2", 4)
     with _SyncDetector() as detector:

@@ -211,6 +211,7 @@ def test_a_grid_with_one_bad_cell_is_refused_before_any_cell_trains(tmp_path):
         ("trainer.threads=abc", "trainer.threads"),
         ("scale.warmup_steps=100", "warmup_steps"),
         ("trainer.compile=maybe", "trainer.compile must be auto, on or off"),
+        ("trainer.native=maybe", "trainer.native must be auto, on or off"),
     ],
 )
 def test_refused_values_leave_root_as_it_was(tmp_path, capsys, override, message):
@@ -223,11 +224,12 @@ def test_refused_values_leave_root_as_it_was(tmp_path, capsys, override, message
     assert not (tmp_path / "escaped").exists()
 
 
-def test_compile_on_without_a_compiler_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("option", ["compile", "native"])
+def test_on_without_a_compiler_is_refused_before_any_work(tmp_path, capsys, monkeypatch, option):
     monkeypatch.setattr("shutil.which", lambda name: None)
     root = tmp_path / "root"
-    message = refused_by_precheck(tiny(root, *SHORT, "trainer.compile=on"), capsys)
-    assert "no C++ compiler" in message and "trainer.compile=auto" in message
+    message = refused_by_precheck(tiny(root, *SHORT, f"trainer.{option}=on"), capsys)
+    assert "no C++ compiler" in message and f"trainer.{option}=auto" in message
     assert not root.exists()
 
 

@@ -1,0 +1,113 @@
+"""The C++ token loops (rlt/models/native.py) against the Python loops, and trainer.native.
+
+The C++ loops make the same ATen calls in the same order as the Python ones, so outputs and
+every gradient must be equal bit for bit (float32, the training dtype); their agreement with
+the plain autograd path is tests/models/test_model_fused.py (its ``loop`` fixture).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import rlt.models.native as native
+from rlt.training.spec import ConfigError
+from rlt.training.trainer_setup import AUTO_NATIVE_MIN_STEPS, resolve_native
+from tests.models.conftest import make_rlt
+
+needs_native = pytest.mark.skipif(
+    not native.native_available()[0], reason=f"no C++ token loop: {native.native_available()[1]}"
+)
+
+
+def outputs_and_grads(model, tokens: torch.Tensor, *, native_step: bool):
+    model.native_step = native_step
+    model.zero_grad(set_to_none=True)
+    weights = torch.randn(*tokens.shape, 140, generator=torch.Generator().manual_seed(5))
+    logits = model(tokens)
+    (logits * weights).sum().backward()
+    return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+class _Spy:
+    """Counts the calls into the C++ library."""
+
+    def __init__(self, module) -> None:
+        self.module, self.calls = module, []
+
+    def __getattr__(self, name):
+        self.calls.append(name)
+        return getattr(self.module, name)
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "split, fields",
+    [
+        ("1+1", dict(feedback_interval=1, tbptt=5)),  # cuts at 5, 10, ...; window edges
+        ("2+2", dict(feedback_interval=4, tbptt=6)),  # T=21 not a multiple of B; cuts in chunks
+        ("1+2", dict(feedback_interval=3, d_model=64, n_heads=1)),  # Dh=64: the matmul layout
+        ("0+2", dict(feedback_interval=1, pos_encoding="none", window=1)),
+    ],
+)
+def test_native_loop_equals_the_python_loop_bit_for_bit(split, fields, tokens, monkeypatch):
+    spy = _Spy(native.token_loop())
+    monkeypatch.setattr(native, "token_loop", lambda: spy)
+    model = make_rlt(split, **fields)
+    out, grads = outputs_and_grads(model, tokens, native_step=False)
+    assert spy.calls == []
+    native_out, native_grads = outputs_and_grads(model, tokens, native_step=True)
+    assert spy.calls == ["forward_loop", "backward_loop"]
+    assert torch.equal(native_out, out)
+    assert grads.keys() == native_grads.keys()
+    for name, grad in grads.items():
+        assert torch.equal(native_grads[name], grad), name
+
+
+def test_native_rule_off_and_models_without_loops():
+    assert resolve_native("off", make_rlt("1+1", 1), "cpu", 10**6, False)[0] is False
+    assert resolve_native(False, make_rlt("1+1", 1), "cpu", 10**6, False)[0] is False
+    on, why = resolve_native("on", make_rlt("1+1", None), "cpu", 10**6, False)  # RLT-0
+    assert not on and "no fused" in why
+    plain = make_rlt("1+1", 1, fused=False)
+    assert resolve_native("on", plain, "cpu", 10**6, False)[0] is False
+    on, why = resolve_native("on", make_rlt("1+1", 1), "cpu", 10**6, True)
+    assert not on and "compiled" in why
+
+
+@needs_native
+def test_native_rule_auto(monkeypatch):
+    model = make_rlt("1+1", 1)
+    monkeypatch.setattr(native, "is_built", lambda: False)
+    on, why = resolve_native("auto", model, "cpu", AUTO_NATIVE_MIN_STEPS - 1, False)
+    assert not on and "too few" in why
+    assert resolve_native("auto", model, "cpu", AUTO_NATIVE_MIN_STEPS, False)[0] is True
+    assert resolve_native("on", model, "cpu", 10, False)[0] is True  # on: whatever the run
+    monkeypatch.setattr(native, "is_built", lambda: True)  # built: free for any run
+    assert resolve_native("auto", model, "cpu", 10, False)[0] is True
+    on, why = resolve_native("auto", model, "cuda", 10**6, False)
+    assert not on and "cuda" in why
+
+
+def test_native_rule_without_a_toolchain(monkeypatch):
+    model = make_rlt("1+1", 1)
+    monkeypatch.setattr(native, "native_available", lambda: (False, "no C++ compiler"))
+    monkeypatch.setattr(native, "is_built", lambda: True)
+    on, why = resolve_native("auto", model, "cpu", 10**6, False)
+    assert not on and "no C++ compiler" in why
+    with pytest.raises(ConfigError, match="trainer.native=auto"):
+        resolve_native("on", model, "cpu", 10**6, False)
+
+
+def test_native_rule_when_the_build_fails(monkeypatch):
+    model = make_rlt("1+1", 1)
+
+    def broken():
+        raise RuntimeError("Error building extension 'rlt_token_loop'\nninja: build stopped")
+
+    monkeypatch.setattr(native, "native_available", lambda: (True, ""))
+    monkeypatch.setattr(native, "token_loop", broken)
+    on, why = resolve_native("auto", model, "cpu", 10**6, False)
+    assert not on and "build failed" in why and "ninja: build stopped" in why
+    with pytest.raises(ConfigError, match="build failed"):
+        resolve_native("on", model, "cpu", 10**6, False)
