@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check (issue 22, docs/GPU.md): one call on a lent GPU machine, within ~9 minutes,
-# writes at most 9 files to OUT:
+# writes at most 10 files to OUT:
 #   gpu_check.log       everything printed
 #   pytest.xml          a. pytest -m cuda: fla kernel vs the PyTorch delta rule, fused recurrence
 #                          vs the plain path (fp32, bf16 autocast), a bf16 step of every family
@@ -9,6 +9,7 @@
 #   bench_graph.json       bf16 + CUDA graphs (s/step, ratios, peak memory),
 #   bench_compile.json     bf16 + torch.compile, RLT-0 and RLT-1 (the compiled chunk step
 #                          with inductor's CUDA graphs), with the compile times
+#   bench_native.json      bf16, RLT-0 and RLT-1 with the C++ token loops (rlt/models/native.py)
 #   run_rlt1.json       c. results.json of a 500-step paper-scale parity run, RLT-1 6+2,
 #   run_transformer.json   and Transformer 8 (trainer=gpu, scale=paper_gpu: micro-batch 512)
 #   summary.json        the numbers above in one place, and sweep=main's wall time on one such GPU
@@ -42,6 +43,11 @@ WORK=$(mktemp -d)
 say "mode $MODE, python $("$PY" -c 'import sys; print(sys.version.split()[0])'), work dir $WORK"
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
 
+# the C++ token loop (rlt/models/native.py), built once here so the tests and the bench load it
+say "building the C++ token loop"
+timeout 120 "$PY" -c "from rlt.models.native import token_loop; token_loop()" ||
+  say "the C++ token loop did not build: its tests skip or fail, bench_native.json is missing"
+
 # a. tests
 say "a. tests"
 if [ "$MODE" = cuda ]; then
@@ -65,10 +71,13 @@ if [ "$MODE" = cuda ]; then
   timeout 120 "$PY" -m rlt.bench "${BENCH[@]}" --bf16 --cuda-graph --json "$OUT/bench_graph.json"
   timeout 120 "$PY" -m rlt.bench "${BENCH[@]}" --bf16 --compile --variants rlt0,rlt1 \
     --repeats 3 --json "$OUT/bench_compile.json"
+  timeout 90 "$PY" -m rlt.bench "${BENCH[@]}" --bf16 --native --variants rlt0,rlt1 \
+    --repeats 2 --json "$OUT/bench_native.json"
 else
   echo '{"skipped": "CUDA graphs need a GPU"}' > "$OUT/bench_graph.json"
   # CPU compiled numbers: BENCHMARKS.md (compiling four models would double CI's share here)
   echo '{"skipped": "the compiled bench is measured on the CPU in BENCHMARKS.md"}' > "$OUT/bench_compile.json"
+  echo '{"skipped": "the C++ token loop is measured on the CPU in BENCHMARKS.md"}' > "$OUT/bench_native.json"
 fi
 say "bench done"
 

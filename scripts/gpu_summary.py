@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     summary: dict[str, Any] = {"mode": a.mode, "elapsed_s": a.elapsed}
     summary["tests"] = tests_summary(a.out / "pytest.xml")
-    for name in ("fp32", "bf16", "graph", "compile"):
+    for name in ("fp32", "bf16", "graph", "compile", "native"):
         summary[f"bench_{name}"] = bench_summary(a.out / f"bench_{name}.json")
     runs = {name: run_summary(a.out / f"run_{name}.json") for name in ("rlt1", "transformer")}
     summary["runs"] = runs

@@ -35,6 +35,7 @@ def test_gpu_check_on_the_cpu_writes_its_files(tmp_path):
             "bench_bf16.json",
             "bench_graph.json",
             "bench_compile.json",
+            "bench_native.json",
             "run_rlt1.json",
             "run_transformer.json",
             "summary.json",

@@ -11,6 +11,7 @@ once per machine and torch version (into ``TORCH_EXTENSIONS_DIR``, by default
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 from pathlib import Path
 
@@ -25,12 +26,22 @@ def native_available() -> tuple[bool, str]:
     compiler = shutil.which("c++") or shutil.which("g++")
     if compiler is None:
         return False, "no C++ compiler (c++ or g++) on PATH"
-    if shutil.which("ninja") is None:
-        try:
-            import ninja  # noqa: F401
-        except ImportError:
-            return False, "ninja is not installed (pip install ninja)"
+    if _ninja() is None:
+        return False, "ninja is not installed (pip install ninja)"
     return True, ""
+
+
+def _ninja() -> str | None:
+    """The ninja executable: on PATH, or the pip package's (a venv used without activating it
+    has its bin directory off PATH)."""
+    found = shutil.which("ninja")
+    if found is None:
+        try:
+            import ninja
+        except ImportError:
+            return None
+        found = shutil.which("ninja", path=getattr(ninja, "BIN_DIR", None))
+    return found
 
 
 def is_built() -> bool:
@@ -53,6 +64,9 @@ def token_loop():
         raise RuntimeError(f"the C++ token loop cannot be built: {why}")
     from torch.utils.cpp_extension import load
 
+    ninja_dir = os.path.dirname(_ninja())
+    if ninja_dir not in os.environ.get("PATH", "").split(os.pathsep):  # torch runs "ninja"
+        os.environ["PATH"] = ninja_dir + os.pathsep + os.environ.get("PATH", "")
     return load(
         name=NAME,
         sources=[str(SOURCE)],

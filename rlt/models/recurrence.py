@@ -8,6 +8,11 @@ and the state); the rest is done once over all positions, batched, after the loo
 weight gradient as one (T*N)-deep matmul, the memory K/V gradients as one batched matmul per
 layer, the norm-weight gradients as one reduction.
 
+The two token loops (the forward's and the backward's sequential part) also exist in C++,
+call for call (rlt/models/csrc/token_loop.cpp, ``native=True``; rlt/models/native.py): a
+change to a loop here is a change there, and tests/models/test_model_native.py holds the two
+equal bit for bit.
+
 Semantics are exactly ``RecurrentLoopedTransformer.decode`` from the initial state (chunks of
 B anchored at 0, TBPTT cuts of s and the SWA caches); tests/models/test_model_fused.py checks
 outputs and every gradient against that plain autograd path.

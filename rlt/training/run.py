@@ -337,21 +337,15 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         eval_batch_size=cfg.scale.eval_batch,
     )
     module = _build_module(spec)
+    device_type = "cuda" if str(cfg.trainer.accelerator) in ("gpu", "cuda") else "cpu"
     compiled, compile_why = resolve_compile(
-        cfg.trainer.get("compile", "off"),
-        module.model,
-        "cuda" if str(cfg.trainer.accelerator) in ("gpu", "cuda") else "cpu",
-        cfg.scale.max_steps,
+        cfg.trainer.get("compile", "off"), module.model, device_type
     )
     module.model.compiled_step = compiled
     if compiled:
         print(f"[rlt] {spec.identity['cell']}: compiled chunk step ({compile_why})", flush=True)
     native, native_why = resolve_native(
-        cfg.trainer.get("native", "off"),
-        module.model,
-        "cuda" if str(cfg.trainer.accelerator) in ("gpu", "cuda") else "cpu",
-        cfg.scale.max_steps,
-        compiled,
+        cfg.trainer.get("native", "off"), module.model, device_type, cfg.scale.max_steps, compiled
     )
     module.model.native_step = native
     if native:

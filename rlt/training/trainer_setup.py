@@ -34,24 +34,22 @@ def resolve_threads(cfg: DictConfig) -> int:
     return int(threads)
 
 
-# trainer.compile=auto: when the compiled chunk step repays its compile (BENCHMARKS.md,
-# "Compiled chunk step"). At the paper's width it saves ~0.26 s of a 5.2 s step and compiles
-# in ~90 s: repaid after ~350 steps. At width 64 it saves 0-25 ms a step and compiles in
-# 40-100 s (a graph per length bucket): the laptop parity cell took 2 min 04 s compiled
-# against 1 min 31 s eager. On CUDA nothing is measured yet (docs/GPU.md): auto stays eager.
-AUTO_COMPILE_MIN_STEPS = 1000
-AUTO_COMPILE_MIN_WIDTH = 256
+# trainer.compile=auto never compiles. Measured side by side on one host (BENCHMARKS.md, "C++
+# token loop"), the C++ token loop (trainer.native) is faster than the compiled chunk step at
+# the laptop shape, the small preset and the paper size (RLT-1 4.39 s against 4.81 s a step),
+# gives the eager path's numbers exactly and compiles nothing per process (the compiled step:
+# 56-124 s per process and shape). On another host the compiled step had beaten the eager
+# Python loop at width >= 256 (the auto rule until then); the C++ loop was not yet measured
+# there. on = compile whenever there is a recurrence to compile; on CUDA the GPU check
+# measures both (docs/GPU.md).
 
 
-def resolve_compile(
-    setting: Any, model: torch.nn.Module, device_type: str, max_steps: int
-) -> tuple[bool, str]:
+def resolve_compile(setting: Any, model: torch.nn.Module, device_type: str) -> tuple[bool, str]:
     """``trainer.compile`` (auto | on | off) for this run: whether its RLT-1/RLT-2 model trains
-    through the compiled chunk step, and why. ``auto`` compiles on the CPU from width
-    AUTO_COMPILE_MIN_WIDTH and AUTO_COMPILE_MIN_STEPS steps (where it was measured to pay),
-    never on CUDA yet. ``on`` without a compiler is an error naming the fix; models without a
-    recurrence to compile (RLT-0, the baselines, the plain autograd path, checkpointed
-    activations) never compile."""
+    through the compiled chunk step, and why. ``auto`` does not compile (see above); ``on``
+    does, and without a compiler is an error naming the fix; models without a recurrence to
+    compile (RLT-0, the baselines, the plain autograd path, checkpointed activations) never
+    compile."""
     from rlt.models.compiled import compiler_available
     from rlt.training.spec import no_compiler
 
@@ -60,36 +58,22 @@ def resolve_compile(
     )
     if mode == "off":
         return False, "trainer.compile=off"
-    config = getattr(model, "config", None)
     if not _fused_recurrence(model):
         return False, "no fused RLT-1/RLT-2 recurrence to compile"
     if mode == "auto":
-        width = getattr(config, "d_model", 0)
-        if device_type != "cpu":
-            return False, f"auto: the compiled step is not yet measured on {device_type} (use on)"
-        if width < AUTO_COMPILE_MIN_WIDTH:
-            return (
-                False,
-                f"auto: width {width} < {AUTO_COMPILE_MIN_WIDTH}, too small to repay the compile",
-            )
-        if max_steps < AUTO_COMPILE_MIN_STEPS:
-            return (
-                False,
-                f"auto: {max_steps} steps < {AUTO_COMPILE_MIN_STEPS}, too few to repay the compile",
-            )
+        return False, "auto: the C++ token loop (trainer.native) measured faster; on compiles"
     ok, why = compiler_available(device_type)
     if not ok:
-        if mode == "on":
-            raise no_compiler(why)
-        return False, f"auto: {why}"
+        raise no_compiler(why)
     return True, f"trainer.compile={mode}: {why}"
 
 
 # trainer.native=auto: the C++ token loops (rlt/models/native.py) give the same numbers as the
 # Python loops (bit for bit) and cost one build of ~30 s per machine and torch version, after
-# which every process loads the cached library. auto uses them on the CPU once built, and
-# builds them for a run of AUTO_NATIVE_MIN_STEPS steps or more (at the laptop shape they save
-# ~9 ms a step: the build is repaid after ~3,000 steps; at the small preset ~35 ms a step).
+# which every process loads the cached library in ~0.05 s. auto uses them on the CPU once
+# built, and builds them for a run of AUTO_NATIVE_MIN_STEPS steps or more: they save ~8 ms a
+# step at the laptop shape, ~30 ms at the small preset, ~0.75 s at the paper size
+# (BENCHMARKS.md, "C++ token loop"), and a grid's first run pays the build for all the others.
 AUTO_NATIVE_MIN_STEPS = 1000
 
 

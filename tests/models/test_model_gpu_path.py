@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from rlt.models import DeltaNetConfig, LSTMConfig, RLTConfig, TransformerConfig, build_model
+from rlt.models.native import native_available
 
 TINY = dict(d_model=32, n_heads=4, d_ff=48, vocab_size=140)
 DEVICES = [
@@ -63,11 +64,24 @@ def assert_close(out, grads, plain_out, plain_grads, precision: str) -> None:
         dict(split="1+2", feedback_interval=4, tbptt=6),  # T not a multiple of B, cuts in chunks
     ],
 )
-def test_fused_recurrence_equals_the_plain_path(device, precision, fields):
+@pytest.mark.parametrize(
+    "loop",
+    [
+        "python",
+        pytest.param(
+            "native",
+            marks=pytest.mark.skipif(not native_available()[0], reason="no C++ token loop"),
+        ),
+    ],
+)
+def test_fused_recurrence_equals_the_plain_path(device, precision, fields, loop):
+    """Both token loops: Python, and the same ATen calls from C++ (rlt/models/native.py), which
+    dispatch to the tensors' device like the Python ones."""
     fields = dict(fields)
     split = fields.pop("split")
     torch.manual_seed(0)
     model = build_model(RLTConfig.from_split(split, window=4, **TINY, **fields)).to(device)
+    model.native_step = loop == "native"
     tokens = torch.randint(1, 140, (3, 21), generator=torch.Generator().manual_seed(1)).to(device)
     bf16 = precision == "bf16"
     plain_out, plain_grads = outputs_and_grads(model, tokens, fused=False, bf16=bf16)
