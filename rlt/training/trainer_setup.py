@@ -53,9 +53,7 @@ def resolve_compile(setting: Any, model: torch.nn.Module, device_type: str) -> t
     from rlt.models.compiled import compiler_available
     from rlt.training.spec import no_compiler
 
-    mode = (
-        {True: "on", False: "off"}.get(setting, setting) if isinstance(setting, bool) else setting
-    )
+    mode = _mode(setting)
     if mode == "off":
         return False, "trainer.compile=off"
     if not _fused_recurrence(model):
@@ -89,9 +87,7 @@ def resolve_native(
     from rlt.models import native
     from rlt.training.spec import no_native
 
-    mode = (
-        {True: "on", False: "off"}.get(setting, setting) if isinstance(setting, bool) else setting
-    )
+    mode = _mode(setting)
     if mode == "off":
         return False, "trainer.native=off"
     if not _fused_recurrence(model):
@@ -118,6 +114,11 @@ def resolve_native(
             raise no_native(why)
         return False, f"auto: {why}"
     return True, f"trainer.native={mode}"
+
+
+def _mode(setting: Any) -> Any:
+    """auto | on | off, with YAML's booleans (``compile: true``) read as on / off."""
+    return {True: "on", False: "off"}[setting] if isinstance(setting, bool) else setting
 
 
 def _fused_recurrence(model: torch.nn.Module) -> bool:
