@@ -301,7 +301,7 @@ def expand_jobs(config: DictConfig) -> list[list[str]]:
 def write_grid(config: DictConfig, sweep_dir: Path) -> None:
     """``grid.json``: the distinct cells this multirun will produce (analysis and
     ``python -m rlt.sweep status`` use it to name missing cells)."""
-    from rlt.rundir import GRID, atomic_write_json
+    from rlt.rundir import GRID, atomic_write_json, read_json
 
     cells: dict[str, dict[str, Any]] = {}
     for job in expand_jobs(config):
@@ -319,6 +319,17 @@ def write_grid(config: DictConfig, sweep_dir: Path) -> None:
                 "overrides": job,
             },
         )
+    # A later launch into the same sweep adds its cells: the cells of earlier launches (a
+    # stopped grid's unstarted ones among them) stay expected.
+    earlier = read_json(sweep_dir / GRID, corrupt_ok=True) or {}
+    merged = {c["cell"]: c for c in earlier.get("cells", []) if isinstance(c, dict) and "cell" in c}
+    merged.update(cells)
+    n_jobs = len(expand_jobs(config))
     atomic_write_json(
-        sweep_dir / GRID, {"n_jobs": len(expand_jobs(config)), "cells": list(cells.values())}
+        sweep_dir / GRID,
+        {
+            "n_jobs": n_jobs,
+            "launches": [*earlier.get("launches", []), {"n_jobs": n_jobs, "cells": len(cells)}],
+            "cells": list(merged.values()),
+        },
     )

@@ -63,11 +63,23 @@ def identity_view(config: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
-def config_differences(stored: dict[str, Any], requested: dict[str, Any]) -> list[str]:
+EARLY_STOP = "callbacks.early_stop."
+
+
+def config_differences(
+    stored: dict[str, Any], requested: dict[str, Any], *, trained_to_end: bool = False
+) -> list[str]:
     """``key: old -> new`` for every result-changing key that differs. A key that only one side
     has counts when its value is set (not null/false/empty): configs written by an older
-    version lack keys added since, whose unset value means the old behaviour."""
+    version lack keys added since, whose unset value means the old behaviour.
+
+    ``trained_to_end``: the stored run finished every step without its early stop firing. Such
+    a run is the fixed-step run, so an early-stop setting it had and the request lacks is no
+    difference (the other way round it is: the requested stop might have fired)."""
     old, new = identity_view(stored), identity_view(requested)
+    if trained_to_end and new.get(EARLY_STOP + "val_acc") is None:
+        old = {k: v for k, v in old.items() if not k.startswith(EARLY_STOP)}
+        new = {k: v for k, v in new.items() if not k.startswith(EARLY_STOP)}
     unset = (None, False, [], {})
     lines = []
     for key in sorted(set(old) | set(new)):
@@ -107,6 +119,16 @@ def holds_training(run_dir: Path) -> bool:
     return (run_dir / rundir.RESULTS).exists() or (
         ckpts.is_dir() and any(p.suffix in (".ckpt", ".pt") for p in ckpts.iterdir())
     )
+
+
+def trained_to_end(run_dir: Path) -> bool:
+    """Whether the run in ``run_dir`` is done and trained its full step count (its early stop,
+    if it had one, never fired)."""
+    results = rundir.read_json(run_dir / rundir.RESULTS, corrupt_ok=True)
+    if not isinstance(results, dict) or results.get("stopped_early") is not None:
+        return False
+    status = rundir.read_json(run_dir / rundir.STATUS, corrupt_ok=True) or {}
+    return status.get("state") == "done" and status.get("step") == results.get("max_steps")
 
 
 def requested_config(cfg: DictConfig) -> dict[str, Any]:

@@ -291,7 +291,11 @@ def _check_same_config(spec: RunSpec) -> None:
         ) from e
     if stored is None:
         return
-    diffs = identity.config_differences(stored, identity.requested_config(spec.cfg))
+    diffs = identity.config_differences(
+        stored,
+        identity.requested_config(spec.cfg),
+        trained_to_end=identity.trained_to_end(spec.run_dir),
+    )
     if not diffs:
         return
     listing = "\n  ".join(diffs)

@@ -172,7 +172,9 @@ def test_submitit_local_executor(tmp_path):
         ("parity16_small", 10, 18),
         ("tiny", 8, 8),
         ("schedule", 30, 30),
-        ("laptop", 102, 102),
+        ("laptop", 111, 111),
+        ("laptop_seeds", 12, 12),
+        ("laptop_long", 48, 48),
         ("baselines_laptop", 36, 36),
         ("baselines", 72, 72),
     ],
@@ -201,6 +203,8 @@ def test_every_sweep_file_is_tested():
         "tiny",
         "schedule",
         "laptop",
+        "laptop_seeds",
+        "laptop_long",
         "baselines_laptop",
         "baselines",
     }
@@ -283,6 +287,8 @@ def test_laptop_preset_holds_the_issue_cells_seed_major():
         ("parity_3to16", "Transformer 2", "L2"),
         ("parity_3to16", "LSTM 2", "L2"),
         ("parity_3to16", "DeltaNet [-1,1] 2", "L2"),
+        ("parity_3to16", "RLT-2 B=4", "2+2"),
+        ("parity_3to16", "RLT-1", "2+2"),
         ("s5_swaps", "RLT-1", "3+1"),
         ("s5_swaps", "RLT-1", "2+2"),
         ("s5_swaps", "RLT-1", "1+3"),
@@ -299,6 +305,7 @@ def test_laptop_preset_holds_the_issue_cells_seed_major():
         ("addition", "RLT-0", "2+2"),
         ("addition", "Transformer 4", "L4"),
         ("addition", "LSTM 2", "L2"),
+        ("addition", "DeltaNet [-1,1] 2", "L2"),
         *(
             (task, label, arch)
             for task in ("mod5_flat_3to15", "mod5_brackets_3to16")
@@ -312,8 +319,10 @@ def test_laptop_preset_holds_the_issue_cells_seed_major():
             )
         ),
     }
-    assert len(expected) == 34
+    assert len(expected) == 37
     assert cells == expected and len(jobs) == 3 * len(expected)
     seeds = [c.seed for c in jobs]
     assert seeds == sorted(seeds) and set(seeds) == {42, 43, 44}
     assert {c.scale.name for c in jobs} == {"laptop"}
+    # The report's fixed step count: no early stop in a preset that feeds a verdict (issue 28).
+    assert all(c.callbacks.early_stop.val_acc is None for c in jobs)
