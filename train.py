@@ -34,6 +34,8 @@ def main(cfg: DictConfig) -> None:
         sys.exit(2)
     if multirun:
         hydra_support.report_job(cfg, outcome)
+    elif outcome.get("state") == "busy":
+        sys.exit(3)  # another process trains this run: nothing was done here
 
 
 if __name__ == "__main__":

@@ -22,8 +22,11 @@ and a sweep directory holds grid.json (the cells a multirun expects) and .jobs/<
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import platform
 import re
 import tempfile
 import time
@@ -164,13 +167,91 @@ def write_status(run_dir: str | Path, state: str, **fields: Any) -> dict:
     return status
 
 
+@contextlib.contextmanager
+def run_lock(run_dir: str | Path):
+    """Hold ``run_dir/.lock`` exclusively while training; yields whether this process got it.
+
+    An OS lock (flock) on the file: exclusive between processes, and the kernel drops it when
+    its holder dies, so a killed run's leftover file never blocks the next one and no process
+    ever deletes another's lock. The holder writes "<pid> <host>" into the file for readers
+    (``rlt.sweep status``); it unlinks the file while still holding it, and a taker that finds
+    it locked a file already unlinked tries again. Where the file system has no flock (some
+    cluster file systems), an exclusive create of a file that already holds the owner."""
+    path = Path(run_dir) / LOCK
+    owner = f"{os.getpid()} {platform.node()}".encode()
+    for _ in range(100):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            yield False
+            return
+        except OSError:  # no flock here
+            os.close(fd)
+            with _exclusive_create(path, owner) as got:
+                yield got
+            return
+        try:
+            current = os.stat(path).st_ino
+        except FileNotFoundError:
+            current = None
+        if current != os.fstat(fd).st_ino:  # released and unlinked between open and flock
+            os.close(fd)
+            continue
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, owner)
+            yield True
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            os.close(fd)  # drops the flock
+        return
+    raise RuntimeError(f"could not take {path}: it kept changing under this process")
+
+
+@contextlib.contextmanager
+def _exclusive_create(path: Path, owner: bytes):
+    """The lock without flock: a file written in full under a private name, then linked to
+    ``path`` (atomic, fails if it exists), so nobody ever sees it empty. A lock whose owner is
+    dead on this host is broken by renaming it to a private name first (only one taker wins)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{time.monotonic_ns()}")
+    tmp.write_bytes(owner)
+    got = False
+    try:
+        for _ in range(2):
+            try:
+                os.link(tmp, path)
+                got = True
+                break
+            except FileExistsError:
+                if not lock_is_stale(path):
+                    break
+                grave = path.with_name(f"{path.name}.dead.{os.getpid()}")
+                with contextlib.suppress(FileNotFoundError):
+                    os.rename(path, grave)
+                    if not lock_is_stale(grave):  # a live owner's fresh lock: give it back
+                        with contextlib.suppress(FileExistsError):
+                            os.link(grave, path)
+                    grave.unlink()
+    finally:
+        tmp.unlink(missing_ok=True)
+    try:
+        yield got
+    finally:
+        if got:
+            path.unlink(missing_ok=True)
+
+
 def lock_is_stale(lock: Path) -> bool:
     """Whether a run's ``.lock`` names a process that no longer runs (on this host; another
     host's lock, e.g. a SLURM job elsewhere, is trusted)."""
-    import platform
-
     try:
-        pid_s, host = Path(lock).read_text().split(maxsplit=1)
+        text = Path(lock).read_text()
+        if not text and time.time() - Path(lock).stat().st_mtime < 10:
+            return False  # just taken: its owner writes itself in next
+        pid_s, host = text.split(maxsplit=1)
         pid = int(pid_s)
     except (OSError, ValueError):
         return True

@@ -108,9 +108,9 @@ def build_tables(c: Collection, opts: ReportOptions | None = None) -> dict[str, 
 
 
 def _is_laptop(c: Collection) -> bool:
-    """Whether the runs include the laptop preset's grid (sweep=laptop), whose findings the
+    """Whether the runs include a laptop grid (sweep=laptop or laptop_long), whose findings the
     verdict table judges."""
-    return len(c.used) > 0 and (c.used["sweep"] == "laptop").any()
+    return len(c.used) > 0 and c.used["sweep"].isin(["laptop", "laptop_long"]).any()
 
 
 def _header(c: Collection) -> list[str]:

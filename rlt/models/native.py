@@ -10,9 +10,13 @@ once per machine and torch version (into ``TORCH_EXTENSIONS_DIR``, by default
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import os
 import shutil
+import sys
+import time
 from pathlib import Path
 
 SOURCE = Path(__file__).parent / "csrc" / "token_loop.cpp"
@@ -48,12 +52,62 @@ def is_built() -> bool:
     """Whether a library from an earlier build is in the extension cache (loading it then
     takes well under a second; a changed source is rebuilt once)."""
     try:
-        from torch.utils.cpp_extension import _get_build_directory
-
-        directory = Path(_get_build_directory(NAME, verbose=False))
+        directory = _build_directory()
     except Exception:  # a private helper: without it, assume nothing is built
         return False
     return any(directory.glob(f"{NAME}*.so"))
+
+
+# How long a process waits for another one that builds the library before it gives up (the
+# build itself takes ~30 s on 2 cores).
+BUILD_WAIT_S = 600.0
+
+
+def _build_directory() -> Path:
+    from torch.utils.cpp_extension import _get_build_directory
+
+    return Path(_get_build_directory(NAME, verbose=False))
+
+
+@contextlib.contextmanager
+def _build_lock(directory: Path, wait_s: float = BUILD_WAIT_S):
+    """Hold ``<build dir>.build.flock`` (an OS lock: the kernel drops it when its holder dies)
+    around a build. PyTorch's own lock (a plain file ``lock`` in the build directory) outlives a
+    killed build and makes every later build wait forever; while this lock is held no other
+    process of ours builds, so such a file is a dead build's and is removed. Waits for a live
+    builder at most ``wait_s`` seconds, with a message."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    path = directory.parent / f"{directory.name}.build.flock"
+    with open(path, "a") as handle:
+        start, told = time.monotonic(), False
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                waited = time.monotonic() - start
+                if waited > wait_s:
+                    raise RuntimeError(
+                        f"another process has been building the C++ token loop for over "
+                        f"{wait_s:.0f} s (lock {path}); if none is, delete that file"
+                    ) from None
+                if not told:
+                    print(
+                        f"[rlt] waiting for another process that builds the C++ token loop "
+                        f"(lock {path}; at most {wait_s:.0f} s)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    told = True
+                time.sleep(0.5)
+        try:
+            stale = directory / "lock"
+            if stale.exists():
+                print(f"[rlt] removing {stale}, left by a killed build", file=sys.stderr)
+                stale.unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @functools.cache
@@ -67,9 +121,10 @@ def token_loop():
     ninja_dir = os.path.dirname(_ninja())
     if ninja_dir not in os.environ.get("PATH", "").split(os.pathsep):  # torch runs "ninja"
         os.environ["PATH"] = ninja_dir + os.pathsep + os.environ.get("PATH", "")
-    return load(
-        name=NAME,
-        sources=[str(SOURCE)],
-        extra_cflags=["-O2"],
-        verbose=False,
-    )
+    with _build_lock(_build_directory()):
+        return load(
+            name=NAME,
+            sources=[str(SOURCE)],
+            extra_cflags=["-O2"],
+            verbose=False,
+        )

@@ -77,6 +77,28 @@ def hydra_output_dir() -> str | None:
         return None
 
 
+def save_hydra_files(cfg: DictConfig, run_dir: Path) -> None:
+    """Hydra's record of the job (``.hydra/config.yaml``, ``hydra.yaml``, ``overrides.yaml``),
+    written by the run once it holds the run's lock; Hydra's own writing is off
+    (``hydra.output_subdir: null``), so a second launch of the same run that finds it busy
+    leaves the first one's record as it was. Nothing outside Hydra."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        hc = HydraConfig.get()
+    except ValueError:
+        return
+    from omegaconf import OmegaConf
+
+    from rlt.rundir import atomic_write_text
+
+    out = Path(run_dir) / ".hydra"
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg))
+    atomic_write_text(out / "hydra.yaml", OmegaConf.to_yaml({"hydra": hc}))
+    atomic_write_text(out / "overrides.yaml", OmegaConf.to_yaml(list(hc.overrides.task)))
+
+
 def run_dir_for(cfg: DictConfig) -> Path:
     """The one place that decides where a run lives: Hydra's job directory when Hydra runs the
     job, else ``cfg.out_dir`` (root/group/cell). Kept relative when it is the default."""
@@ -96,6 +118,16 @@ def precheck_overrides(argv: list[str]) -> None:
 
     from rlt.training.families import FAMILIES, MODEL_META
 
+    for arg in argv:
+        key, _, value = arg.lstrip("+").partition("=")
+        if key in _REQUIRED_GROUPS and value in ("null", "None", "~", ""):
+            options = sorted(p.stem for p in (_CONF_DIR / key).glob("*.yaml"))
+            print(
+                f"config error: {key}={value} leaves the run without a {key}; choose one of "
+                + ", ".join(options),
+                file=sys.stderr,
+            )
+            sys.exit(2)
     meta = {*MODEL_META, "feedback_interval"}
     model = next((a.split("=", 1)[1] for a in argv if a.startswith("model=")), "rlt1")
     family = _model_family(model)
@@ -118,6 +150,8 @@ def precheck_overrides(argv: list[str]) -> None:
 # --run, ...) leaves the command to Hydra unchecked.
 _CHECKED_FLAGS = ("-m", "--multirun")
 _CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+# Config groups every run needs an option of (the others, e.g. experiment or sweep, are optional).
+_REQUIRED_GROUPS = ("task", "model", "split", "scale", "trainer", "optim", "callbacks", "logger")
 
 
 def precheck(argv: list[str]) -> None:

@@ -60,6 +60,12 @@ def identity_view(config: dict[str, Any]) -> dict[str, Any]:
     }
     if view.get("callbacks.early_stop.val_acc") is None:
         view.pop("callbacks.early_stop.patience", None)  # inert without a threshold
+    if view.get("model.family", "rlt") != "rlt" and "split.n_enc" in view:
+        # A depth-only model (Transformer, LSTM, DeltaNet) reads the split's total alone: 1+1
+        # and 2+0 are the same two-layer run, which a grid over splits trains once.
+        total = (view.pop("split.n_enc") or 0) + (view.pop("split.n_dec", 0) or 0)
+        view.pop("split.name", None)
+        view["split.n_layers"] = total
     return view
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import platform
 import sys
 import time
 import traceback
@@ -64,7 +63,7 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
         return {"state": "skipped", "run_dir": str(run_dir)}
 
     _check_writable(run_dir)
-    with _run_lock(run_dir) as acquired:
+    with rundir.run_lock(run_dir) as acquired:
         if not acquired:
             say(f"[busy] {cell}: another process is training this run ({run_dir / '.lock'})")
             return {"state": "busy", "run_dir": str(run_dir)}
@@ -77,6 +76,7 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
         if resuming:
             _check_checkpoint(last)
         rundir.atomic_write_text(run_dir / rundir.CONFIG, OmegaConf.to_yaml(cfg, resolve=True))
+        hydra_support.save_hydra_files(cfg, run_dir)
         if cfg.force:
             # Marks a forced retrain in progress: stopped, the same command resumes it.
             rundir.write_status(run_dir, "running", retrain=True)
@@ -184,7 +184,7 @@ def _set_aside_results(run_dir: Path) -> None:
 def _check_writable(run_dir: Path) -> None:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write_test"
+        probe = run_dir / f".write_test.{os.getpid()}"  # one per process: starts may race
         probe.write_text("")
         probe.unlink()
     except OSError as e:
@@ -248,31 +248,6 @@ def _stopped(spec: RunSpec, state: str, e: BaseException, raise_on_failure: bool
     if raise_on_failure or type(e).__name__ != "SIGTERMException":
         raise e
     return {"state": "interrupted", "run_dir": str(spec.run_dir), "error": type(e).__name__}
-
-
-@contextlib.contextmanager
-def _run_lock(run_dir: Path):
-    """An exclusive lock file so two jobs of a sweep never train the same run directory (the
-    Transformer of a grid over splits maps several cells to one run)."""
-    lock = run_dir / rundir.LOCK
-    acquired = False
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            os.write(fd, f"{os.getpid()} {platform.node()}".encode())
-            os.close(fd)
-            acquired = True
-            break
-        except FileExistsError:
-            if rundir.lock_is_stale(lock):
-                lock.unlink(missing_ok=True)
-                continue
-            break
-    try:
-        yield acquired
-    finally:
-        if acquired:
-            lock.unlink(missing_ok=True)
 
 
 def _check_same_config(spec: RunSpec) -> None:

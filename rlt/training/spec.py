@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from rlt import rundir
 from rlt.tasks import get_task
 from rlt.training import hydra_support
 from rlt.training.families import FAMILIES, MODEL_META, RLT_VARIANTS, rlt_variant, variant_option
@@ -48,6 +49,7 @@ def prepare(cfg: DictConfig, *, on_this_machine: bool = True) -> RunSpec:
     naming the config key and the fix. Allocates no tensors. ``on_this_machine=False`` (a grid
     checked before it is submitted to SLURM) skips what only the machine that trains can tell
     (CUDA)."""
+    _check_groups(cfg)
     try:
         OmegaConf.resolve(cfg)
     except Exception as e:  # interpolation errors name the key already
@@ -340,6 +342,64 @@ _TOP_LEVEL = {
 }  # fmt: skip
 
 
+# Upper bounds (key, maximum, why) of numbers that would fail deep inside a run.
+_MAXIMA = (
+    ("seed", 2**32 - 1, "the seed of numpy's and torch's generators"),
+    ("scale.max_steps", 10**9, "a step count Lightning and the schedule can hold"),
+)
+PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "64")
+
+
+def _check_groups(cfg: DictConfig) -> None:
+    """The config groups and trainer/optimizer values a run reads exist and make sense: each
+    refused with one line naming the key and the fix, before anything is written."""
+    for group in ("task", "model", "split", "scale", "trainer", "optim", "callbacks"):
+        if not isinstance(cfg.get(group), DictConfig):
+            raise ConfigError(
+                f"{group} is {cfg.get(group)!r}: choose one of conf/{group}/ "
+                f"(e.g. {group}=<name>), or leave it at its default"
+            )
+    if cfg.get("root") in (None, "") or str(cfg.root) in ("None", "null"):
+        raise ConfigError("root is null: give a directory for the runs, e.g. root=runs")
+    root = Path(str(cfg.root))
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"root={cfg.root} is a file, not a directory; use root=DIR")
+    precision = str(cfg.trainer.precision)
+    if precision not in PRECISIONS:
+        raise ConfigError(
+            f"trainer.precision={precision!r} is not a precision; use one of {', '.join(PRECISIONS)}"
+        )
+    devices = cfg.trainer.devices
+    if devices != "auto" and (
+        isinstance(devices, bool) or not isinstance(devices, int) or devices < 1
+    ):
+        raise ConfigError(f"trainer.devices must be an integer >= 1 or auto, got {devices!r}")
+    betas = cfg.optim.get("betas")
+    if (
+        not isinstance(betas, ListConfig | list)
+        or len(betas) != 2
+        or not all(isinstance(b, int | float) and 0 <= b < 1 for b in betas)
+    ):
+        raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {betas!r}")
+    epochs = (cfg.trainer.get("args") or {}).get("max_epochs")
+    if isinstance(epochs, int) and (epochs == 0 or epochs < -1):
+        raise ConfigError(
+            f"trainer.args.max_epochs={epochs} would end training before its steps; leave it "
+            "out (scale.max_steps ends a run)"
+        )
+    policies = cfg.callbacks.get("policies")
+    names = list(policies) if isinstance(policies, ListConfig | list) else None
+    if names is None or any(p not in rundir.POLICIES for p in names):
+        raise ConfigError(
+            f"callbacks.policies={policies!r}: each must be one of {', '.join(rundir.POLICIES)}"
+        )
+    if "min_val_loss" not in names:
+        raise ConfigError(
+            f"callbacks.policies={names} must keep min_val_loss, the report's selection (the "
+            "checkpoint results.json is built on); add the others beside it"
+        )
+
+
 def _check_numbers(cfg: DictConfig) -> None:
     """No unknown top-level key (``+foo=1``), and every numeric field has the right type and
     range, with a message naming the key."""
@@ -369,6 +429,10 @@ def _check_numbers(cfg: DictConfig) -> None:
     es = cfg.callbacks.early_stop.val_acc
     if es is not None and es > 1:
         raise ConfigError(f"callbacks.early_stop.val_acc is a fraction in [0, 1], got {es!r}")
+    for key, limit, why in _MAXIMA:
+        value = OmegaConf.select(cfg, key)
+        if isinstance(value, int | float) and value > limit:
+            raise ConfigError(f"{key} must be at most {limit:,}, got {value!r} ({why})")
 
 
 # Fields that come from other groups: sizes from scale, depth from split.

@@ -111,3 +111,71 @@ def test_native_rule_when_the_build_fails(monkeypatch):
     assert not on and "build failed" in why and "ninja: build stopped" in why
     with pytest.raises(ConfigError, match="build failed"):
         resolve_native("on", model, "cpu", 10**6, False)
+
+
+def test_the_build_lock_removes_a_dead_builds_lock_file(tmp_path):
+    """PyTorch's build lock (a plain file) outlives a killed build; under our OS lock it can
+    only be a dead build's, so entering the build removes it (issue 29 item 2)."""
+    directory = tmp_path / native.NAME
+    directory.mkdir()
+    (directory / "lock").write_text("")
+    with native._build_lock(directory):
+        assert not (directory / "lock").exists()
+
+
+def test_a_live_builder_is_waited_for_with_a_stated_limit(tmp_path, capfd):
+    """While another live process holds the build lock, a second one says it waits and gives up
+    after the limit with the lock file named, never hangs; once the holder dies (SIGKILL), the
+    kernel frees the lock and the next build proceeds at once."""
+    import subprocess
+    import sys
+
+    directory = tmp_path / native.NAME
+    directory.mkdir()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
+            "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+            str(tmp_path / f"{native.NAME}.build.flock"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RuntimeError, match="building the C\\+\\+ token loop for over"):
+            with native._build_lock(directory, wait_s=1.0):
+                pass
+        assert "waiting for another process" in capfd.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()
+    with native._build_lock(directory, wait_s=5.0):
+        pass
+
+
+@needs_native
+@pytest.mark.slow
+def test_a_killed_builds_lock_file_does_not_hang_the_next_run(tmp_path):
+    """The probe's case end to end: a ``lock`` file left in the extension's build directory
+    (as a run killed mid-build leaves it) made every later process wait forever inside
+    PyTorch; now the next process loads (or rebuilds) the library."""
+    import subprocess
+    import sys
+
+    native.token_loop()  # built once (cached for the whole suite)
+    lock = native._build_directory() / "lock"
+    lock.write_text("")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", "import rlt.models.native as n; n.token_loop(); print('ok')"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        lock.unlink(missing_ok=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+    assert "left by a killed build" in proc.stderr

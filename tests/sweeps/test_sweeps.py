@@ -326,3 +326,48 @@ def test_laptop_preset_holds_the_issue_cells_seed_major():
     assert {c.scale.name for c in jobs} == {"laptop"}
     # The report's fixed step count: no early stop in a preset that feeds a verdict (issue 28).
     assert all(c.callbacks.early_stop.val_acc is None for c in jobs)
+
+
+@pytest.mark.slow
+def test_a_grid_over_splits_trains_each_depth_only_model_once(tmp_path):
+    """Issue 29 item 1: the Transformer at 1+1 and 2+0 is one two-layer run; the grid trains it
+    once, reports the other job as skipped and ends with a summary; a relaunch skips both."""
+    args = ("-m", "experiment=tiny", "model=transformer", "split=1+1,2+0", f"root={tmp_path}")
+    first = train(*args)
+    assert "total: 1 done, 1 skipped" in first.stdout
+    assert "total: 2 skipped" in train(*args).stdout
+
+
+@pytest.mark.slow
+def test_a_second_launch_keeps_the_first_launchs_cells(tmp_path):
+    """Issue 29 item 3: grid.json accumulates launches into one sweep, so a cell of an earlier
+    launch that never ran stays expected (status and tables name it missing)."""
+    sweep = tmp_path / "tiny"
+    train("-m", "experiment=tiny", "seed=1", f"root={tmp_path}")
+    (sweep / "grid.json").write_text(
+        json.dumps(
+            {
+                **json.loads((sweep / "grid.json").read_text()),
+                "cells": [
+                    *json.loads((sweep / "grid.json").read_text())["cells"],
+                    {
+                        "cell": "parity_prefix/rlt1/2+2/seed3",
+                        "task": "parity_prefix",
+                        "model": "rlt1",
+                        "label": "RLT-1",
+                        "split": "2+2",
+                        "arch_tag": "2+2",
+                        "seed": 3,
+                        "overrides": ["experiment=tiny", "seed=3"],
+                    },
+                ],
+            }
+        )
+    )  # as a launch of seeds 1 and 3 killed before seed 3 started leaves it
+    train("-m", "experiment=tiny", "seed=9", f"root={tmp_path}")
+    grid = json.loads((sweep / "grid.json").read_text())
+    assert [c["seed"] for c in grid["cells"]] == [1, 3, 9]
+    assert len(grid["launches"]) == 2  # one record per launch
+    states = {r["cell"]: r["state"] for r in cell_states(sweep)}
+    assert states["parity_prefix/rlt1/2+2/seed3"] == "missing"
+    assert states["parity_prefix/rlt1/2+2/seed9"] == "done"

@@ -341,3 +341,22 @@ def test_model_key_check_reads_the_family_from_the_model_file(model, delta_famil
     assert "model.nope is not a model key" in listed
     assert ("model.neg_eigval" in listed and "model.gated" in listed) == delta_family
     assert ("model.window" in listed and "model.tbptt" in listed) == model.startswith("rlt")
+
+
+def test_an_early_stop_that_never_fired_is_the_fixed_step_run(tmp_path):
+    """Issue 28: a finished run of a preset with early stopping that trained every step is
+    the run the same preset trains without it, so it is skipped, not refused; a run whose
+    early stop fired is another configuration, and so is asking to add a stop afterwards."""
+    never = ["callbacks.early_stop.val_acc=1.0", "callbacks.early_stop.patience=50"]
+    out = run(tiny(tmp_path, *never))
+    assert out["state"] == "done" and load_results(Path(out["run_dir"]))["stopped_early"] is None
+    assert run(tiny(tmp_path))["state"] == "skipped"
+    with pytest.raises(ConfigError, match="callbacks.early_stop.val_acc: 1.0 -> 0.5"):
+        run(tiny(tmp_path, "callbacks.early_stop.val_acc=0.5"))
+
+    fired = tmp_path / "fired"
+    stop = ["scale.max_steps=8", "scale.val_every=2", "callbacks.early_stop.val_acc=0.0"]
+    out = run(tiny(fired, *stop))
+    assert load_results(Path(out["run_dir"]))["stopped_early"] == 4
+    with pytest.raises(ConfigError, match="callbacks.early_stop.val_acc: 0.0 -> None"):
+        run(tiny(fired, "scale.max_steps=8", "scale.val_every=2"))

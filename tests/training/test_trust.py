@@ -224,6 +224,39 @@ def test_refused_values_leave_root_as_it_was(tmp_path, capsys, override, message
     assert not (tmp_path / "escaped").exists()
 
 
+# Issue 29 items 5-7: values that once failed with a traceback, some after writing status
+# failed, or trained a whole run and then failed: one line naming the key, nothing written.
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("scale.max_steps=10000000000000000000", "scale.max_steps must be at most"),
+        ("seed=4294967296", "seed must be at most 4,294,967,295"),
+        ("trainer.precision=bogus", "trainer.precision='bogus' is not a precision"),
+        ("optim.betas=[1.5,0.99]", "optim.betas must be two numbers in [0, 1)"),
+        ("trainer.devices=0", "trainer.devices must be an integer >= 1"),
+        ("task=null", "task=null leaves the run without a task"),
+        ("+trainer.args.max_epochs=0", "trainer.args.max_epochs=0 would end training"),
+        ("callbacks.policies=[final]", "must keep min_val_loss"),
+        ("callbacks.policies=[]", "must keep min_val_loss"),
+        ("callbacks.policies=[min_val_loss,fnal]", "each must be one of"),
+    ],
+)
+def test_values_that_failed_late_are_refused_first(tmp_path, capsys, override, message):
+    root = tmp_path / "root"
+    assert message in refused_by_precheck(tiny(root, *SHORT, override), capsys)
+    assert not root.exists()
+
+
+def test_a_root_that_is_a_file_or_null_is_refused(tmp_path, capsys):
+    a_file = tmp_path / "file"
+    a_file.write_text("keep")
+    short = ["experiment=tiny", "print_table=false", *SHORT]
+    assert "is a file, not a directory" in refused_by_precheck([*short, f"root={a_file}"], capsys)
+    assert a_file.read_text() == "keep"
+    assert "root is null" in refused_by_precheck([*short, "root=null"], capsys)
+    assert not (Path.cwd() / "None").exists()
+
+
 @pytest.mark.parametrize("option", ["compile", "native"])
 def test_on_without_a_compiler_is_refused_before_any_work(tmp_path, capsys, monkeypatch, option):
     monkeypatch.setattr("shutil.which", lambda name: None)
