@@ -21,6 +21,7 @@ from rlt.training import hydra_support
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
+    from rlt.training.callbacks import WriteError
     from rlt.training.run import run
     from rlt.training.spec import ConfigError
 
@@ -32,6 +33,11 @@ def main(cfg: DictConfig) -> None:
             raise
         print(f"config error: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
+    except WriteError as e:  # status.json says failed, with the traceback
+        if os.environ.get("RLT_DEBUG"):
+            raise
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)
     if multirun:
         hydra_support.report_job(cfg, outcome)
     elif outcome.get("state") == "busy":

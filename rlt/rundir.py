@@ -153,6 +153,29 @@ def read_json(path: str | Path, *, corrupt_ok: bool = False) -> dict | None:
         raise
 
 
+class UnreadableGrid(ValueError):
+    """A sweep's grid file exists but does not parse (a crash or a full disk while writing)."""
+
+
+def read_grid(sweep_dir: str | Path) -> dict | None:
+    """The sweep's grid file (grid.json, or sweep.json of early versions) as a dict, or None
+    when there is none. A file that does not parse raises :class:`UnreadableGrid`, whose message
+    names the file and the fix; readers report it and go on with the runs on disk."""
+    path = next((Path(sweep_dir) / g for g in GRID_FILES if (Path(sweep_dir) / g).is_file()), None)
+    if path is None:
+        return None
+    try:
+        grid = read_json(path)
+        if not isinstance(grid, dict) or not isinstance(grid.get("cells", []), list):
+            raise ValueError("not a grid")
+        return grid
+    except (OSError, ValueError) as e:
+        raise UnreadableGrid(
+            f"{path} is unreadable ({type(e).__name__}), so the cells it expects are unknown; "
+            "relaunch the grid (the same train.py -m command) to rewrite it"
+        ) from e
+
+
 def write_status(run_dir: str | Path, state: str, **fields: Any) -> dict:
     """Update ``status.json`` (a state of RUN_STATES plus progress fields), keeping old fields."""
     path = Path(run_dir) / STATUS
@@ -242,6 +265,16 @@ def _exclusive_create(path: Path, owner: bytes):
     finally:
         if got:
             path.unlink(missing_ok=True)
+
+
+def live_state(run_dir: str | Path, state: str | None) -> str | None:
+    """A status file's state as readers report it: "running" only while a live process holds
+    the run's lock, else "interrupted" (killed; the same command resumes it). One rule for
+    ``rlt.sweep status`` and the analysis tables."""
+    lock = Path(run_dir) / LOCK
+    if state == "running" and (not lock.exists() or lock_is_stale(lock)):
+        return "interrupted"
+    return state
 
 
 def lock_is_stale(lock: Path) -> bool:

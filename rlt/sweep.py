@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rlt import rundir
-from rlt.rundir import GRID, find_runs, lock_is_stale
+from rlt.rundir import find_runs
 from rlt.training import slurm
 
 
@@ -29,10 +29,12 @@ def cell_states(sweep_dir: str | Path) -> list[dict[str, Any]]:
         raise FileNotFoundError(
             f"{sweep_dir} is not a directory: pass the sweep's directory, e.g. runs/main"
         )
-    grid_file = sweep_dir / GRID
     expected: list[str] = []
-    if grid_file.exists():
-        expected = [c["cell"] for c in json.loads(grid_file.read_text())["cells"]]
+    try:
+        grid = rundir.read_grid(sweep_dir) or {}
+        expected = [c["cell"] for c in grid.get("cells", []) if isinstance(c, dict) and "cell" in c]
+    except rundir.UnreadableGrid as e:
+        print(f"warning: {e}", file=sys.stderr)
     on_disk = {str(d.relative_to(sweep_dir)): d for d in find_runs(sweep_dir)}
     cells = list(dict.fromkeys(expected + sorted(on_disk)))
     statuses = {cell: _read(sweep_dir / cell / rundir.STATUS) or {} for cell in cells}
@@ -52,9 +54,7 @@ def cell_states(sweep_dir: str | Path) -> list[dict[str, Any]]:
             state = "incomplete"
         elif state == "done" and _read(d / rundir.RESULTS) is None:
             state = "unreadable"  # results.json does not parse: a relaunch re-evaluates it
-        lock = d / rundir.LOCK
-        if state == "running" and (not lock.exists() or lock_is_stale(lock)):
-            state = "interrupted"  # no live process holds it: relaunch resumes it
+        state = rundir.live_state(d, state)  # killed: interrupted, the relaunch resumes it
         if state in ("running", "requeued") and on_cluster and job not in queue:
             state = "interrupted"  # its SLURM job has ended without finishing the run
         records.append(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,7 +30,16 @@ from typing import Any
 import pandas as pd
 
 from rlt.analysis.labels import ModelKey, model_key, task_sort_key
-from rlt.rundir import GRID_FILES, RESULTS, STATUS, find_runs, parse_cell
+from rlt.rundir import (
+    GRID_FILES,
+    RESULTS,
+    STATUS,
+    UnreadableGrid,
+    find_runs,
+    live_state,
+    parse_cell,
+    read_grid,
+)
 
 SCHEMA_VERSION = 1
 
@@ -123,6 +133,7 @@ def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Col
         if not d.exists():
             raise NoResultsError(f"{d} does not exist: check the path")
 
+    sweep_dirs = _sweeps_of(sweep_dirs)
     records, val_rows, train_rows, test_rows, warnings = _read_runs(sweep_dirs)
     runs = pd.DataFrame.from_records(records, columns=_RUN_COLUMNS)
     if require_results and not runs["has_results"].any():
@@ -131,9 +142,10 @@ def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Col
     _fill_presets(runs, sweep_dirs)
     models = _assign_labels(runs)
     runs = _mark_duplicates(runs)
-    expected, grid_models = _expected_cells(runs, sweep_dirs)
+    expected, grid_models = _expected_cells(runs, sweep_dirs, warnings)
     for key in grid_models:
         models.setdefault(key.label, key)
+    _separate_step_counts(runs, expected, warnings)
     presets = set(runs["preset"]) | set(expected["preset"])
     multi = len(presets) > 1
 
@@ -159,6 +171,21 @@ def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Col
         models=models,
         warnings=warnings,
     )
+
+
+def _sweeps_of(paths: list[Path]) -> list[Path]:
+    """The sweep directories the given paths name: a path whose runs all sit one level deeper
+    than a sweep's (root/<sweep>/<task>/<model>/<arch>/seed<n>) and that has no grid file of
+    its own is a root, read as its sweeps, so each sweep's grid.json says what it expects."""
+    out: list[Path] = []
+    for path in paths:
+        has_grid = any((path / g).is_file() for g in GRID_FILES)
+        depths = {len(r.relative_to(path).parts) for r in find_runs(path)}
+        if not has_grid and depths == {5}:
+            out += sorted({path / r.relative_to(path).parts[0] for r in find_runs(path)})
+        else:
+            out.append(path)
+    return out
 
 
 def _read_runs(sweep_dirs: list[Path]) -> tuple[list, list, list, list, list[str]]:
@@ -270,7 +297,7 @@ def _read_status(run_dir: Path, rec: dict[str, Any]) -> dict | None:
     status, err = _read_json(run_dir / STATUS)
     if status:
         rec.update(
-            state=status.get("state") or "unknown",
+            state=live_state(run_dir, status.get("state")) or "unknown",
             step=status.get("step"),
             max_steps=status.get("max_steps"),
             detail=status.get("error"),
@@ -371,6 +398,31 @@ def _fill_presets(runs: pd.DataFrame, sweep_dirs: list[Path]) -> None:
     runs["model"] = runs["model"].fillna("unknown")
 
 
+def _separate_step_counts(runs: pd.DataFrame, expected: pd.DataFrame, warnings: list[str]) -> None:
+    """Runs of one preset that trained for different step counts (``scale.max_steps`` changed
+    between launches into one sweep) are different configurations: each count becomes its own
+    preset, "tiny (20 steps)", so no table averages them, and the grid's cells follow their
+    runs."""
+    has = runs["max_steps"].notna()
+    for preset in sorted(runs.loc[has, "preset"].dropna().unique()):
+        mine = has & (runs["preset"] == preset)
+        counts = sorted(int(n) for n in runs.loc[mine, "max_steps"].unique())
+        if len(counts) < 2:
+            continue
+        renamed = [f"{preset} ({int(n):,} steps)" for n in runs.loc[mine, "max_steps"]]
+        moved = dict(zip(map(tuple, runs.loc[mine, ["task", "label", "seed"]].values), renamed))
+        runs.loc[mine, "preset"] = renamed
+        cells = expected["preset"] == preset
+        expected.loc[cells, "preset"] = [
+            moved.get((t, lab, seed), preset)
+            for t, lab, seed in expected.loc[cells, ["task", "label", "seed"]].values
+        ]
+        warnings.append(
+            f"preset {preset}: runs of {', '.join(f'{n:,}' for n in counts)} steps, tabulated "
+            "apart as different configurations"
+        )
+
+
 def _assign_labels(runs: pd.DataFrame) -> dict[str, ModelKey]:
     """Label every run; a run without results.json takes the label of a completed run in the
     same sweep, model and arch directory, since its path alone cannot tell, e.g., the chunk
@@ -422,7 +474,7 @@ def _mark_duplicates(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _expected_cells(
-    runs: pd.DataFrame, sweep_dirs: list[Path]
+    runs: pd.DataFrame, sweep_dirs: list[Path], warnings: list[str]
 ) -> tuple[pd.DataFrame, list[ModelKey]]:
     """The grid each sweep directory asks for: its sweep.json/grid.json, else a cross product."""
     # Labels of observed runs by (model, split-or-arch), so a grid cell gets the same label.
@@ -436,7 +488,12 @@ def _expected_cells(
     grid_models: list[ModelKey] = []
     for sd in sweep_dirs:
         in_sweep = runs[runs["sweep_dir"] == str(sd)]
-        grid = next((sd / g for g in GRID_FILES if (sd / g).is_file()), None)
+        try:
+            grid = read_grid(sd)
+        except UnreadableGrid as e:
+            warnings.append(str(e))
+            print(f"warning: {e}", file=sys.stderr)
+            grid = None
         if grid is not None:
             cells += _grid_file_cells(grid, sd, in_sweep, observed, grid_models)
         else:
@@ -448,7 +505,7 @@ def _expected_cells(
 
 
 def _grid_file_cells(
-    grid: Path,
+    spec: dict,
     sweep_dir: Path,
     in_sweep: pd.DataFrame,
     observed: dict[tuple[str, str], str],
@@ -456,7 +513,6 @@ def _grid_file_cells(
 ) -> list[dict]:
     """The cells a grid file lists, labelled as the observed runs of the same model and split
     are; models nobody ran yet get a label of their own (appended to `grid_models`)."""
-    spec = json.loads(grid.read_text())
     presets = in_sweep["preset"].dropna()
     default = spec.get("preset") or (
         Counter(presets).most_common(1)[0][0] if len(presets) else sweep_dir.resolve().name

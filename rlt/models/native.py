@@ -32,6 +32,47 @@ def native_available() -> tuple[bool, str]:
         return False, "no C++ compiler (c++ or g++) on PATH"
     if _ninja() is None:
         return False, "ninja is not installed (pip install ninja)"
+    ok, why = compiler_works()  # PyTorch asks the compiler even to load a built library
+    if not ok:
+        return False, why
+    return True, ""
+
+
+@functools.cache
+def compiler_works() -> tuple[bool, str]:
+    """Whether the compiler PyTorch would build with (``$CXX``, else ``c++``) compiles a trivial
+    C++ file: a compiler that is on PATH but broken passes every other check and fails only
+    after a run has started. Once per process, and remembered on disk per compiler binary."""
+    import hashlib
+    import subprocess
+    import tempfile
+
+    compiler = shutil.which(os.environ.get("CXX", "c++")) or os.environ.get("CXX", "c++")
+    try:
+        stamp_key = f"{compiler} {os.stat(compiler).st_mtime_ns}"
+    except OSError:
+        return False, f"the C++ compiler {compiler!r} does not exist"
+    stamp = Path(tempfile.gettempdir()) / (
+        "rlt_cxx_ok_" + hashlib.sha1(stamp_key.encode()).hexdigest()[:16]
+    )
+    if stamp.exists():
+        return True, ""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "probe.cpp"
+        src.write_text("int main() { return 0; }\n")
+        try:
+            proc = subprocess.run(
+                [compiler, "-c", str(src), "-o", str(Path(tmp) / "probe.o")],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return False, f"the C++ compiler {compiler!r} does not run ({type(e).__name__})"
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        return False, f"the C++ compiler {compiler!r} fails on a trivial file ({tail[0]})"
+    stamp.touch()
     return True, ""
 
 

@@ -7,6 +7,7 @@ written the moment they are found (a crash never loses the best weights found so
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -49,14 +50,37 @@ def select_step(curve: list[dict[str, float]], policy: str) -> dict[str, float]:
     raise ValueError(f"unknown checkpoint policy {policy!r}; expected one of {POLICIES}")
 
 
+class WriteError(OSError):
+    """A run file could not be written (full disk, file-size limit, read-only directory); the
+    message names the file and the fix."""
+
+
+def _written(path: Path, write) -> None:
+    """Write ``path`` through a temporary file (``write(tmp)``), naming the file when it fails:
+    torch.save reports a full disk as "enforce fail at inline_container.cc"."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        reason = getattr(e, "strerror", None) or str(e).strip().splitlines()[0][:160]
+        raise WriteError(
+            f"cannot write {path} ({reason}): the disk may be full, a file-size limit reached or "
+            "the directory read-only; fix that and rerun the same command (it resumes from the "
+            "last checkpoint)"
+        ) from e
+
+
 def save_weights(module: torch.nn.Module, path: Path, step: int, feedback_interval: Any) -> None:
     """Weights-only checkpoint (the model is small next to a full Lightning checkpoint)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(
-        {"step": step, "feedback_interval": feedback_interval, "state_dict": module.state_dict()},
-        tmp,
-    )
-    os.replace(tmp, path)
+    state = {
+        "step": step,
+        "feedback_interval": feedback_interval,
+        "state_dict": module.state_dict(),
+    }
+    _written(path, lambda tmp: torch.save(state, tmp))
 
 
 def load_weights(path: Path) -> dict[str, Any]:
@@ -203,10 +227,7 @@ class ValidationAndCheckpoints(L.Callback):
         return all(r["acc"] >= self.stop_at_val_acc for r in recent)
 
     def save_last(self, trainer: L.Trainer) -> None:
-        path = self.ckpt_dir / rundir.LAST_CKPT
-        tmp = self.ckpt_dir / f".{rundir.LAST_CKPT}.tmp"
-        trainer.save_checkpoint(tmp)
-        os.replace(tmp, path)
+        _written(self.ckpt_dir / rundir.LAST_CKPT, trainer.save_checkpoint)
 
 
 class FeedbackScheduleCallback(L.Callback):

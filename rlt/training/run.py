@@ -197,16 +197,19 @@ def _check_writable(run_dir: Path) -> None:
 def _failed(spec: RunSpec, e: BaseException, raise_on_failure: bool) -> dict[str, Any]:
     """Record a run that raised as failed (error and traceback in status.json); re-raise
     unless the caller collects failures (a grid)."""
-    rundir.write_status(
-        spec.run_dir,
-        "failed",
-        error=f"{type(e).__name__}: {e}",
-        traceback=traceback.format_exc(),
-    )
-    say(
-        f"[failed] {spec.identity['cell']}: {type(e).__name__}: {e} "
-        f"(traceback in {spec.run_dir / rundir.STATUS})"
-    )
+    where = f"traceback in {spec.run_dir / rundir.STATUS}"
+    try:
+        rundir.write_status(
+            spec.run_dir,
+            "failed",
+            error=f"{type(e).__name__}: {e}",
+            traceback=traceback.format_exc(),
+        )
+    except OSError as status_error:  # a full disk may refuse the status too: keep it short
+        where = f"status.json not written either: {status_error.strerror}"
+        with contextlib.suppress(OSError):
+            (spec.run_dir / rundir.STATUS).write_text('{"state": "failed"}')
+    say(f"[failed] {spec.identity['cell']}: {type(e).__name__}: {e} ({where})")
     if raise_on_failure or isinstance(e, KeyboardInterrupt):
         raise e
     return {"state": "failed", "run_dir": str(spec.run_dir), "error": str(e)}
@@ -329,6 +332,12 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
     module.model.native_step = native
     if native:
         print(f"[rlt] {spec.identity['cell']}: C++ token loop ({native_why})", flush=True)
+    elif native_why.startswith("auto fell back"):
+        print(
+            f"[rlt] warning: {spec.identity['cell']}: the C++ token loop is off ({native_why}); "
+            "training with the Python loop (the same numbers, slower)",
+            flush=True,
+        )
     recorder = ValidationAndCheckpoints(
         run_dir=run_dir,
         val_loader_fn=dm.val_dataloader,

@@ -112,7 +112,7 @@ def resolve_native(
     if not ok:
         if mode == "on":
             raise no_native(why)
-        return False, f"auto: {why}"
+        return False, f"auto fell back: {why}"
     return True, f"trainer.native={mode}"
 
 

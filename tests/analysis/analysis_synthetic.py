@@ -7,6 +7,8 @@ any table cell by hand with the statistics module, independently of pandas.
 from __future__ import annotations
 
 import json
+import os
+import platform
 import zlib
 from pathlib import Path
 
@@ -260,8 +262,9 @@ def write_run(
             error="RuntimeError: NaN loss at step 212",
             traceback="Traceback ...\nRuntimeError: NaN loss at step 212",
         )
-    if state == "running":
+    if state == "running":  # held by a live process (this one), as a training run holds it
         status.update(step=250)
+        (run_dir / ".lock").write_text(f"{os.getpid()} {platform.node()}")
     (run_dir / "status.json").write_text(json.dumps(status))
     if state == "done":
         res = results_json(task, model, split, seed, run_dir)

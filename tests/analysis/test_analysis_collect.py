@@ -167,3 +167,49 @@ def test_grid_json_as_train_py_writes_it(tmp_path: Path) -> None:
     }  # fmt: skip
     assert len(missing) == len(TASKS) * len(MODELS) + 1  # seed 45 everywhere + the hole
     assert c.expected_n()[("parity", "Transformer 8")] == 4
+
+
+def test_a_root_of_sweeps_reads_each_sweeps_grid(tmp_path: Path) -> None:
+    """Issue 29 item 7: tables.py ROOT (a directory of sweeps, not a sweep) used to take the
+    cross product of everything observed and report cells nobody asked for as missing; now each
+    sweep under the root is read with its own grid file."""
+    root = tmp_path / "runs"
+    a = make_sweep(root / "a", holes=False)
+    make_sweep(root / "b", holes=False)
+    grid = json.loads((a / "sweep.json").read_text())
+    (a / "sweep.json").write_text(json.dumps({**grid, "cells": grid["cells"][:3]}))
+    for run in list(a.rglob("results.json"))[3:]:  # a asks for three cells only
+        shutil.rmtree(run.parent)
+    c = collect([root])
+    assert [d.name for d in c.sweep_dirs] == ["a", "b"]
+    assert {Path(d).name for d in c.used["sweep_dir"]} == {"a", "b"}
+    assert (c.incomplete["state"] == "missing").sum() == 0
+
+
+def test_runs_of_different_step_counts_are_tabulated_apart(tmp_path: Path) -> None:
+    """Issue 29 item 3: a later launch with another scale.max_steps into the same sweep made
+    Table 1 average runs of 20 and 4 steps; now each step count is its own preset (and row)."""
+    sweep = make_sweep(tmp_path / "s", holes=False)
+    changed = [p for p in sweep.rglob("results.json") if "seed44" in str(p)]
+    for path in changed:
+        r = json.loads(path.read_text())
+        path.write_text(json.dumps({**r, "max_steps": 4}))
+    c = collect([sweep])
+    assert set(c.used["preset"]) == {"tiny (500 steps)", "tiny (4 steps)"}
+    assert set(c.used.loc[c.used["seed"] == 44, "preset"]) == {"tiny (4 steps)"}
+    assert any("tabulated apart" in w for w in c.warnings)
+    assert (c.incomplete["state"] == "missing").sum() == 0  # the grid's cells follow their runs
+
+
+def test_a_killed_run_is_interrupted_in_the_tables_as_in_status(tmp_path: Path) -> None:
+    """Issue 29 item 7: one state vocabulary: a run whose status says running but that no live
+    process holds (killed) is "interrupted" for the tables as for rlt.sweep status."""
+    from rlt.sweep import cell_states
+
+    sweep = make_sweep(tmp_path / "s", holes=False)
+    run_dir = write_run(sweep, "parity", "rlt1", "4+4", 45, state="running")
+    (run_dir / ".lock").unlink()  # its process is gone
+    c = collect([sweep])
+    assert c.runs.loc[c.runs["seed"] == 45, "state"].tolist() == ["interrupted"]
+    states = {r["cell"]: r["state"] for r in cell_states(sweep)}
+    assert states["parity/rlt1/4+4/seed45"] == "interrupted"

@@ -179,3 +179,39 @@ def test_a_killed_builds_lock_file_does_not_hang_the_next_run(tmp_path):
         lock.unlink(missing_ok=True)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
     assert "left by a killed build" in proc.stderr
+
+
+def test_on_with_a_broken_compiler_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    """Issue 29 item 7: a compiler that is on PATH but fails (CXX=/bin/false) passed the
+    precheck and failed the run after it had written; now a trivial compile finds it first."""
+    from rlt.training.hydra_support import precheck
+
+    monkeypatch.setenv("CXX", "/bin/false")
+    native.compiler_works.cache_clear()
+    try:
+        with pytest.raises(SystemExit) as exc:
+            precheck(["experiment=tiny", f"root={tmp_path / 'root'}", "trainer.native=on"])
+    finally:
+        native.compiler_works.cache_clear()
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "'/bin/false' fails on a trivial file" in err and "trainer.native=auto" in err
+    assert not (tmp_path / "root").exists()
+
+
+def test_auto_falling_back_says_so_on_the_console(tmp_path, monkeypatch, capsys):
+    """Issue 29 item 7: auto whose build fails trains with the Python loop and says so in one
+    warning line (it used to say it only in results.json)."""
+    from rlt.training.run import run
+    from tests.training.helpers import compose_cfg
+
+    def broken():
+        raise RuntimeError("Error building extension 'rlt_token_loop'\nninja: build stopped")
+
+    monkeypatch.setattr(native, "native_available", lambda: (True, ""))
+    monkeypatch.setattr(native, "is_built", lambda: True)
+    monkeypatch.setattr(native, "token_loop", broken)
+    out = run(compose_cfg(["experiment=tiny", f"root={tmp_path}", "print_table=false"]))
+    assert out["state"] == "done"
+    lines = [x for x in capsys.readouterr().out.splitlines() if "warning" in x]
+    assert len(lines) == 1 and "ninja: build stopped" in lines[0] and "Python loop" in lines[0]

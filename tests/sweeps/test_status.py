@@ -80,3 +80,26 @@ def test_concurrent_launches_keep_separate_job_reports(tmp_path, monkeypatch):
     monkeypatch.setenv(LAUNCH_ENV, "launch-b")
     b = _jobs_dir(tmp_path)
     assert a != b and a.parent == b.parent == tmp_path / ".jobs"
+
+
+def test_a_damaged_grid_file_is_reported_and_the_runs_on_disk_still_read(tmp_path, capsys):
+    """Issue 29 item 6: a zero-byte or truncated grid.json (a crash or a full disk while it was
+    written) made status, tables and figures raise JSONDecodeError; now each says the file is
+    unreadable and how to rewrite it, and goes on with the runs on disk."""
+    import pytest
+
+    from rlt.analysis.collect import collect
+    from tests.analysis.analysis_synthetic import make_sweep
+
+    sweep = make_sweep(tmp_path / "s", holes=False, grid=False)
+    for damage in ("", '{"cells": [{"cell": "parity/rl'):
+        (sweep / "grid.json").write_text(damage)
+        assert main(["status", str(sweep)]) == 0
+        out = capsys.readouterr()
+        assert "grid.json is unreadable" in out.err and "relaunch the grid" in out.err
+        assert "done" in out.out
+        c = collect([sweep])
+        assert any("relaunch the grid" in w for w in c.warnings)
+        assert len(c.used) == len(list(sweep.rglob("results.json")))
+        with pytest.raises(json.JSONDecodeError):
+            json.loads((sweep / "grid.json").read_text())  # the file itself left as found

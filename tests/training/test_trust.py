@@ -344,3 +344,28 @@ def test_metrics_csv_logs_the_learning_rate(tmp_path):
     run_dir = Path(run(compose_cfg(tiny(tmp_path, *SHORT, "logger=csv")))["run_dir"])
     header = (run_dir / "csv" / "metrics.csv").read_text().splitlines()[0].split(",")
     assert "train/lr" in header
+
+
+def test_a_file_size_limit_names_the_file_and_leaves_the_run_failed(tmp_path):
+    """Issue 29 item 6: a checkpoint that cannot be written (here a file-size limit, as a full
+    disk or a read-only checkpoints/ would) fails the run with one line naming the file and
+    the fix, status failed, instead of torch's "enforce fail at inline_container.cc"."""
+    root = tmp_path / "root"
+    proc = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f'ulimit -f 100; exec "{sys.executable}" train.py experiment=tiny root={root}',
+        ],
+        cwd=REPO,
+        env=dict(os.environ, WANDB_MODE="disabled"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: cannot write ") and "last.ckpt (File too large)" in line
+    assert "Traceback" not in proc.stderr
+    status = json.loads(next(root.rglob("status.json")).read_text())
+    assert status["state"] == "failed" and "last.ckpt" in status["error"]
