@@ -37,6 +37,7 @@ RUN_CONTROL = (
     "trainer.log_every_n_steps",
     "callbacks.inject_failure",
     "callbacks.diagnostics_every",
+    "evaluate",
 )
 
 

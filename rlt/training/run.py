@@ -375,11 +375,37 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
     results = evaluate_policies(spec, module, dm, recorder, module.model.num_parameters())
     results["compiled_step"] = {"on": compiled, "why": compile_why}
     results["native_loop"] = {"on": native, "why": native_why}
+    probe = _probe(spec, module.model)
+    if probe is not None:
+        results["probe"] = probe
     _write_results(spec, trainer.global_step, recorder, results, fit_seconds)
     log_results(loggers, results)
     if cfg.print_table:
         print_table(results)
     return results
+
+
+def _probe(spec: RunSpec, model: torch.nn.Module) -> dict[str, Any] | None:
+    """``evaluate.probe``: the linear state probe of the selected (min_val_loss) checkpoint, or
+    None where it is off or the task has no running target."""
+    from rlt import probe
+    from rlt.training.callbacks import load_weights
+
+    setting = (spec.cfg.get("evaluate") or {}).get("probe", "auto")
+    if setting in (False, "off") or (setting == "auto" and not probe.has_target(spec.task)):
+        return None
+    ckpt = load_weights(spec.run_dir / rundir.CKPT_DIR / "min_val_loss.pt")
+    model.load_state_dict(ckpt["state_dict"])
+    fb = spec.schedule.final if spec.schedule is not None else ckpt.get("feedback_interval")
+    if spec.family == "rlt" and fb:
+        model.feedback_interval = fb  # as evaluated: the last training stage's chunk size
+    start = time.perf_counter()
+    block = probe.probe_model(model, spec.task, spec.test_lengths, n_test=spec.cfg.scale.n_test)
+    block = {"policy": "min_val_loss", "step": int(ckpt["step"]), **block}
+    block["seconds"] = round(time.perf_counter() - start, 2)
+    say(f"  state probe of the min_val_loss checkpoint ({block['seconds']:.1f} s):")
+    say("  " + probe.format_probe(block).replace("\n", "\n  "))
+    return block
 
 
 def _build_module(spec: RunSpec):

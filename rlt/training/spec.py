@@ -338,7 +338,7 @@ _NUMBERS = (
 _TOP_LEVEL = {
     "task", "model", "split", "scale", "trainer", "logger", "callbacks", "optim", "seed",
     "root", "sweep_name", "group", "cell", "out_dir", "resume", "force", "print_table",
-    "debug_flags",
+    "debug_flags", "evaluate",
 }  # fmt: skip
 
 

@@ -1,0 +1,154 @@
+"""The state probe (rlt/probe.py, issue 30): the fit recovers a state that is linearly there
+and finds nothing in noise, the running targets are the tasks' own labels at the last position,
+the representation is what the head reads, the fit never sees a test sequence, and a run and
+a kept checkpoint both carry the probe."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from rlt import probe
+from rlt.models import DeltaNetConfig, LSTMConfig, RLTConfig, TransformerConfig, build_model
+from rlt.tasks import get_task
+from rlt.tasks.base import IGNORE
+from tests.training.helpers import REPO, compose_cfg, load_results
+
+TINY = dict(d_model=32, n_heads=4, d_ff=48, vocab_size=140)
+
+
+def _held_out_accuracy(x: torch.Tensor, y: torch.Tensor, n_classes: int) -> float:
+    half = len(y) // 2
+    fitted = probe.fit_logistic(x[:half], y[:half], n_classes)
+    return 100 * float((fitted.predict(x[half:]) == y[half:]).float().mean())
+
+
+@pytest.mark.parametrize("n_classes", [2, 120])
+def test_a_one_hot_state_plus_noise_is_read_almost_perfectly(n_classes):
+    g = torch.Generator().manual_seed(0)
+    y = torch.randint(0, n_classes, (6000,), generator=g)
+    x = 3 * torch.nn.functional.one_hot(y, n_classes).float()
+    x = torch.cat([x, torch.randn(len(y), 16, generator=g)], 1) + 0.3 * torch.randn(
+        len(y), n_classes + 16, generator=g
+    )
+    assert _held_out_accuracy(x, y, n_classes) > 99.0
+
+
+@pytest.mark.parametrize("n_classes", [2, 5])
+def test_random_representations_give_chance(n_classes):
+    """Held-out accuracy within 4 points of chance (3,000 test positions: the binomial SD at
+    chance 50% is 0.9 points, at 20% 0.7)."""
+    g = torch.Generator().manual_seed(1)
+    y = torch.randint(0, n_classes, (6000,), generator=g)
+    x = torch.randn(len(y), 32, generator=g)
+    assert abs(_held_out_accuracy(x, y, n_classes) - 100 / n_classes) < 4.0
+
+
+@pytest.mark.parametrize("kind", ["parity", "s5", "s5_swaps"])
+def test_the_running_target_at_the_last_position_is_the_label(kind):
+    """On every test length of the task (32 examples each): the running state at the last input
+    position stands for the label there; parity's running targets are also the prefix labels."""
+    task = get_task(kind, n_test=32)
+    for length in task.test_lengths:
+        for ex in task.test_set(length):
+            targets = probe.running_targets(task, ex)
+            assert probe.label_at_end(task, targets) == ex.labels[ex.length]
+            assert all(len(v) == ex.length for v in targets.values())
+    prefix = get_task("parity", supervision="prefix", n_test=8)
+    for ex in prefix.test_set(64):
+        bits = probe.running_targets(prefix, ex)["parity"].tolist()
+        labels = [y - 3 for y in ex.labels[1 : ex.length + 1] if y != IGNORE]
+        assert (
+            labels == bits
+            or [y - ex.labels[1] + bits[0] for y in ex.labels[1 : ex.length + 1]] == bits
+        )
+
+
+def test_where_each_element_sits_follows_the_permutation():
+    """Independent of the code: apply the operations to the list [0..4] by hand."""
+    from rlt.tasks import vocab
+
+    task = get_task("s5_swaps")
+    ex = task.test_set(48, 4)[0]
+    where = probe.running_targets(task, ex)["where"]
+    perm = list(range(5))
+    for t in range(ex.length):
+        x = vocab.PERMUTATIONS[ex.tokens[t + 1] - vocab.PERM_OFFSET]
+        perm = [perm[x[i]] for i in range(5)]  # state o x (right composition)
+        assert [perm.index(j) for j in range(5)] == where[t].tolist()
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        RLTConfig.from_split("1+1", feedback_interval=1, window=4, **TINY),
+        RLTConfig.from_split("1+1", feedback_interval=None, window=4, **TINY),
+        TransformerConfig(n_layers=2, **TINY),
+        LSTMConfig(n_layers=2, **{k: v for k, v in TINY.items() if k in ("d_model", "vocab_size")}),
+        DeltaNetConfig(n_layers=2, **TINY),
+    ],
+    ids=["rlt1", "rlt0", "transformer", "lstm", "deltanet"],
+)
+def test_the_representation_is_what_the_head_reads(config):
+    """For every family: head(norm(rep)) (the LSTM: head(rep)) is the model's own logits at the
+    probed positions, so the representation is the last block's output before the final norm."""
+    torch.manual_seed(0)
+    model = build_model(config).eval()
+    task = get_task("parity", n_test=4)
+    examples = task.test_set(20)
+    reps = probe.representations(model, examples)
+    with torch.no_grad():
+        logits = model(torch.tensor([ex.tokens for ex in examples]))
+        norm = getattr(model, "norm", None)
+        for j, rep in enumerate(reps):
+            again = model.head(norm(rep) if norm is not None else rep)
+            torch.testing.assert_close(again, logits[j, 1 : examples[j].length + 1])
+
+
+def test_the_fit_never_reads_a_test_sequence():
+    task = get_task("parity", n_test=4)
+    model = build_model(TransformerConfig(n_layers=1, **TINY))
+    with pytest.raises(ValueError, match="training-length sequences only"):
+        probe.fit_probe(task, model, task.test_set(20))
+    fit_set = probe.fit_examples(task, 16)
+    assert {ex.split for ex in fit_set} == {"train"}
+    lo, hi = task.train_lengths
+    assert all(lo <= ex.length <= hi for ex in fit_set)
+
+
+def test_a_run_carries_the_probe_and_the_command_probes_a_kept_checkpoint(tmp_path):
+    from rlt.training.run import run
+
+    out = run(compose_cfg(["experiment=tiny", f"root={tmp_path}", "print_table=false"]))
+    res = load_results(out["run_dir"])
+    block = res["probe"]
+    assert block["policy"] == "min_val_loss" and block["step"] == res["selection"]["step"]
+    assert set(block["targets"]) == {"parity"}
+    assert set(block["targets"]["parity"]["by_length"]) == {str(n) for n in res["test_lengths"]}
+    assert all(0 <= v <= 100 for v in block["targets"]["parity"]["by_bucket"].values())
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlt.probe", out["run_dir"]],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    again = json.loads((tmp_path / out["run_dir"] / "probe.json").read_text())
+    assert again["targets"] == block["targets"]  # deterministic: the same numbers
+    assert "parity" in proc.stdout and "1-16" in proc.stdout
+    off = run(
+        compose_cfg(
+            [
+                "experiment=tiny",
+                f"root={tmp_path / 'off'}",
+                "print_table=false",
+                "evaluate.probe=false",
+            ]
+        )
+    )
+    assert "probe" not in load_results(off["run_dir"])
