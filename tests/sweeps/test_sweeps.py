@@ -175,6 +175,7 @@ def test_submitit_local_executor(tmp_path):
         ("laptop", 111, 111),
         ("laptop_seeds", 12, 12),
         ("laptop_long", 48, 48),
+        ("probe_laptop", 18, 18),
         ("baselines_laptop", 36, 36),
         ("baselines", 72, 72),
     ],
@@ -205,6 +206,7 @@ def test_every_sweep_file_is_tested():
         "laptop",
         "laptop_seeds",
         "laptop_long",
+        "probe_laptop",
         "baselines_laptop",
         "baselines",
     }
