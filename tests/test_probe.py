@@ -146,3 +146,45 @@ def test_a_run_carries_the_probe_and_the_command_probes_a_kept_checkpoint(tmp_pa
         )
     )
     assert "probe" not in load_results(off["run_dir"])
+
+
+def test_tables_and_figures_show_the_probe(tmp_path):
+    """A probe block planted in a synthetic sweep's results: the probe table's cells are the
+    hand mean ± SD over seeds, the task accuracy beside a bucket averages the test lengths in
+    it, and the figure is drawn with one line per model."""
+    import statistics
+
+    from rlt.analysis.collect import collect
+    from rlt.analysis.figures import probe_curves
+    from rlt.analysis.tables import probe_table
+    from tests.analysis.analysis_synthetic import SEEDS, make_sweep
+
+    sweep = make_sweep(tmp_path / "s", holes=False)
+    planted = {}
+    for path in sweep.rglob("results.json"):
+        r = json.loads(path.read_text())
+        seed = r["run"]["seed"]
+        acc = {"1-16": 100.0, "17-32": 90.0 + seed % 3, "33-64": 50.0 + seed % 5}
+        planted[(r["run"]["task"], r["run"]["model"], r["run"]["split"], seed)] = acc
+        r["probe"] = {
+            "targets": {"parity": {"by_bucket": acc}},
+            "rms": {"by_bucket": {"1-16": 1.0, "17-32": 1.5, "33-64": 2.0}},
+        }
+        path.write_text(json.dumps(r))
+    c = collect([sweep])
+    table = probe_table(c)
+    cell = table.cell("parity / 33-64 / parity", "RLT-1 4+4")
+    hand = [planted[("parity", "rlt1", "4+4", s)]["33-64"] for s in SEEDS]
+    assert cell["mean"] == pytest.approx(statistics.mean(hand))
+    assert cell["sd"] == pytest.approx(statistics.stdev(hand))
+    t = c.test[(c.test["policy"] == "min_val_loss") & (c.test["metric"] == "acc")]
+    t = t[(t["row"] == "parity") & (t["label"] == "RLT-1 4+4") & t["length"].between(33, 64)]
+    per_seed = 100 * t.groupby("seed")["value"].mean()
+    acc_cell = table.cell("parity / 33-64 / task acc", "RLT-1 4+4")
+    assert acc_cell["mean"] == pytest.approx(per_seed.mean())
+    assert table.cell("parity / 17-32 / rms", "RLT-1 4+4")["mean"] == pytest.approx(1.5)
+    figures = probe_curves(c, tmp_path / "fig", formats=("png",))
+    assert [f.name for f in figures] == ["probe_parity", "probe_s5_swaps"]
+    assert figures[0].paths[0].stat().st_size > 10_000
+    drawn = figures[0].data[figures[0].data["panel"] == "parity"]
+    assert set(drawn["label"]) == set(c.labels)

@@ -66,6 +66,9 @@ class Collection:
                 checkpoint policy (min_val_loss is the report's).
     expected:   row, task, preset, label, model, split, seed: the cells the grid asks for.
     incomplete: one row per expected cell without usable results and per unusable run dir.
+    probe:      KEYS + target, bucket, value: the state probe of the selected checkpoint
+                (rlt/probe.py), probe accuracy per position bucket; target "rms" holds the
+                representation's RMS norm (not a fraction).
     Values are fractions in [0, 1] as stored; tables convert to percent.
     """
 
@@ -78,6 +81,7 @@ class Collection:
     incomplete: pd.DataFrame
     models: dict[str, ModelKey]
     warnings: list[str] = field(default_factory=list)
+    probe: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def used(self) -> pd.DataFrame:
@@ -134,7 +138,7 @@ def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Col
             raise NoResultsError(f"{d} does not exist: check the path")
 
     sweep_dirs = _sweeps_of(sweep_dirs)
-    records, val_rows, train_rows, test_rows, warnings = _read_runs(sweep_dirs)
+    records, val_rows, train_rows, test_rows, probe_rows, warnings = _read_runs(sweep_dirs)
     runs = pd.DataFrame.from_records(records, columns=_RUN_COLUMNS)
     if require_results and not runs["has_results"].any():
         raise NoResultsError(_no_results_message(runs, sweep_dirs))
@@ -160,12 +164,14 @@ def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Col
     val = _long(val_rows, ["run_id", "step", "metric", "value"], keys)
     train = _long(train_rows, ["run_id", "step", "metric", "value"], keys)
     test = _long(test_rows, ["run_id", "policy", "policy_step", "length", "metric", "value"], keys)
+    probe = _long(probe_rows, ["run_id", "target", "bucket", "value"], keys)
     return Collection(
         sweep_dirs=sweep_dirs,
         runs=runs,
         val=val,
         train=train,
         test=test,
+        probe=probe,
         expected=expected,
         incomplete=incomplete,
         models=models,
@@ -188,23 +194,25 @@ def _sweeps_of(paths: list[Path]) -> list[Path]:
     return out
 
 
-def _read_runs(sweep_dirs: list[Path]) -> tuple[list, list, list, list, list[str]]:
+def _read_runs(sweep_dirs: list[Path]) -> tuple[list, list, list, list, list, list[str]]:
     """Every run of the sweeps: (run records, val rows, train rows, test rows, warnings)."""
     records: list[dict] = []
     val_rows: list[dict] = []
     train_rows: list[dict] = []
     test_rows: list[dict] = []
+    probe_rows: list[dict] = []
     warnings: list[str] = []
     for i, sweep_dir in enumerate(sweep_dirs):
         for run_dir in find_runs(sweep_dir):
-            rec, val, train, test, warn = _read_run(run_dir, sweep_dir)
+            rec, val, train, test, probe, warn = _read_run(run_dir, sweep_dir)
             rec["sweep_index"] = i
             records.append(rec)
             val_rows += val
             train_rows += train
             test_rows += test
+            probe_rows += probe
             warnings += warn
-    return records, val_rows, train_rows, test_rows, warnings
+    return records, val_rows, train_rows, test_rows, probe_rows, warnings
 
 
 def _no_results_message(runs: pd.DataFrame, sweep_dirs: list[Path]) -> str:
@@ -241,7 +249,7 @@ def _read_json(path: Path) -> tuple[dict | None, str | None]:
     return obj, None
 
 
-def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, list[str]]:
+def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, list, list[str]]:
     """One run directory -> (run record, val rows, train rows, test rows, warnings)."""
     from_path = parse_cell(run_dir.resolve()) or {}
     rec: dict[str, Any] = dict.fromkeys(_RUN_COLUMNS)
@@ -267,7 +275,7 @@ def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, l
     if results is None:
         if err is None and status and status.get("state") == "done":
             rec.update(state="no results", detail=f"status says done but {RESULTS} is missing")
-        return rec, [], [], [], warnings
+        return rec, [], [], [], [], warnings
     if status and status.get("state") not in (None, "done"):
         # A run that is training again (or was stopped while retraining) next to an older
         # results.json: those results are not of the configuration the directory now holds.
@@ -276,7 +284,7 @@ def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, l
             detail=f"{RESULTS} predates the run's current state {status.get('state')!r}; "
             "the same command finishes the run",
         )
-        return rec, [], [], [], warnings
+        return rec, [], [], [], [], warnings
 
     if results.get("schema_version") != SCHEMA_VERSION:
         warnings.append(
@@ -289,7 +297,7 @@ def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, l
     train = _curve_rows(rid, results.get("train_curve"))
     if val:
         rec["step"] = max(r["step"] for r in val)
-    return rec, val, train, _test_rows(rid, results), warnings
+    return rec, val, train, _test_rows(rid, results), _probe_rows(rid, results), warnings
 
 
 def _read_status(run_dir: Path, rec: dict[str, Any]) -> dict | None:
@@ -341,6 +349,25 @@ def _result_fields(results: dict, rec: dict[str, Any]) -> dict[str, Any]:
     fields["seed"] = None if seed is None else int(seed)
     fields["split"] = None if split is None else str(split)
     return fields
+
+
+def _probe_rows(rid: str, results: dict) -> list[dict]:
+    """The state probe of the selected checkpoint (results.json "probe", rlt/probe.py): one row
+    per (target, position bucket) with the probe accuracy as a fraction, and target "rms" with
+    the representation's RMS norm per bucket."""
+    block = results.get("probe") or {}
+    rows = [
+        {"run_id": rid, "target": name, "bucket": b, "value": float(v) / 100}
+        for name, t in (block.get("targets") or {}).items()
+        for b, v in (t.get("by_bucket") or {}).items()
+        if _is_number(v)
+    ]
+    rms = (block.get("rms") or {}).get("by_bucket") or {}
+    return rows + [
+        {"run_id": rid, "target": "rms", "bucket": b, "value": float(v)}
+        for b, v in rms.items()
+        if _is_number(v)
+    ]
 
 
 def _test_rows(rid: str, results: dict) -> list[dict]:

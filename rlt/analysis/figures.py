@@ -442,6 +442,51 @@ def schedule_figures(
     return results
 
 
+def probe_points(c: Collection, row: str, target: str) -> pd.DataFrame:
+    """Probe accuracy (%) per model and position bucket (x = the bucket's upper end)."""
+    p = c.probe[(c.probe["row"] == row) & (c.probe["target"] == target)]
+    x = p["bucket"].str.split("-").str[1].astype(int)
+    stats = seed_stats(p.assign(value=p["value"] * 100, length=x), ["label", "length"])
+    stats.insert(0, "row", row)
+    order = {lab: i for i, lab in enumerate(c.labels)}
+    stats["_o"] = stats["label"].map(order)
+    return stats.sort_values(["_o", "length"]).drop(columns="_o").reset_index(drop=True)
+
+
+def probe_curves(
+    c: Collection, out_dir: str | Path, *, formats: Sequence[str] = ("png", "pdf")
+) -> list[FigureResult]:
+    """Per task: the length curve (test accuracy vs length) beside the state probe's accuracy vs
+    position (one panel per probe target), one line per model, mean ± SD over seeds."""
+    if c.probe.empty:
+        return []
+    out, results = Path(out_dir), []
+    for row in c.rows:
+        targets = [t for t in c.probe.loc[c.probe["row"] == row, "target"].unique() if t != "rms"]
+        if not targets:
+            continue
+        fig, axes = plt.subplots(
+            1, 1 + len(targets), figsize=(4.6 * (1 + len(targets)), 3.6), layout="constrained"
+        )
+        pts = length_points(c, row)
+        _draw_row(axes[0], c, row, pts, "acc", "min_val_loss")
+        frames = [pts.assign(panel="length")]
+        for ax, target in zip(axes[1:], targets):
+            probe_pts = probe_points(c, row, target)
+            _context(ax, c, row, chance=False)
+            _draw_lengths(ax, c, probe_pts, log_x=_is_log(probe_pts["length"].tolist()))
+            _length_axis(ax, probe_pts["length"].tolist(), c.row_task(row))
+            ax.set_xlabel("position (end of bucket)")
+            ax.set_ylabel(f"probe acc (%): {target}")
+            ax.set_ylim(-3, 103)
+            ax.set_title(f"{row}: state probe ({target})")
+            ax.grid(True, alpha=0.3)
+            frames.append(probe_pts.assign(panel=target))
+        data = pd.concat(frames, ignore_index=True)
+        results.append(_finish(fig, list(axes), out, f"probe_{_slug(row)}", formats, data))
+    return results
+
+
 def make_figures(
     c: Collection,
     out_dir: str | Path,
@@ -461,6 +506,7 @@ def make_figures(
         *val_curves(c, out_dir, metric=metric, formats=formats),
         *train_loss_curves(c, out_dir, formats=formats),
         *s5_panels(c, out_dir, policy=policy, formats=formats),
+        *probe_curves(c, out_dir, formats=formats),
     ]
     if schedule_view or has_schedules(c):
         results += schedule_figures(

@@ -358,6 +358,7 @@ def by_preset(c: Collection) -> list[tuple[str, Collection]]:
                 incomplete=keep(c.incomplete, p),
                 models=c.models,
                 warnings=c.warnings,
+                probe=keep(c.probe, p),
             ),
         )
         for p in presets

@@ -25,6 +25,7 @@ from rlt.analysis.tables import (
     generalization_table,
     length_table,
     policy_table,
+    probe_table,
     scaled_accuracy_table,
     val_table,
 )
@@ -87,6 +88,8 @@ def build_tables(c: Collection, opts: ReportOptions | None = None) -> dict[str, 
     tables["lengths"] = length_table(c, policy=o.policy, metric=o.metric)
     tables["scaled"] = scaled_accuracy_table(c, policy=o.policy, metric=o.metric)
     tables["policies"] = policy_table(c, lengths=o.lengths, metric=o.metric)
+    if not c.probe.empty:
+        tables["probe"] = probe_table(c, metric=o.metric)
     tables["params"] = params_table(c)
     tables["cost"] = cost_table(c)
     if o.schedule_view or has_schedules(c):

@@ -280,3 +280,61 @@ def policy_table(c: Collection, *, lengths: Lengths = None, metric: str = "acc")
             "step, max_val_acc = highest validation accuracy"
         ],
     )
+
+
+def _bucket_bounds(bucket: str) -> tuple[int, int]:
+    lo, hi = bucket.split("-")
+    return int(lo), int(hi)
+
+
+def probe_table(c: Collection, *, metric: str = "acc") -> Table:
+    """The state probe (rlt/probe.py): per task, target and position bucket, how well a linear
+    probe reads the running state from each model's representation (%), next to the task's
+    test accuracy at the lengths that end in that bucket (the final-label accuracy there), and
+    the representation's RMS norm (drift). Mean ± SD over seeds."""
+    p = c.probe
+    if p.empty:
+        return Table("probe", "State probe: no run carries one", pd.DataFrame(), pd.DataFrame())
+    t = c.test[(c.test["policy"] == "min_val_loss") & (c.test["metric"] == metric)]
+    frames, keys, row_of = [], [], {}
+    for row in c.rows:
+        here = p[p["row"] == row]
+        targets = [x for x in here["target"].unique() if x != "rms"]
+        for b in sorted(here["bucket"].unique(), key=_bucket_bounds):
+            lo, hi = _bucket_bounds(b)
+            acc = t[(t["row"] == row) & t["length"].between(lo, hi)]
+            acc = acc.groupby(["run_id", "label", "seed"], as_index=False)["value"].mean()
+            parts = [
+                *((x, here[(here["target"] == x) & (here["bucket"] == b)], 100) for x in targets),
+                (f"task {metric}", acc, 100),  # at the test lengths inside the bucket
+                ("rms", here[(here["target"] == "rms") & (here["bucket"] == b)], 1),
+            ]
+            for name, hit, scale in parts:
+                key = f"{row} / {b} / {name}"
+                frames.append(hit.assign(row=key, column=hit["label"], value=hit["value"] * scale))
+                keys.append(key)
+                row_of[key] = row
+    values = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    columns = [lab for lab in c.labels if lab in set(p["label"])]
+    table = cell_table(
+        values,
+        c=c,
+        name="probe",
+        title="State probe: linear-probe accuracy (%) of the running state by position bucket, "
+        "mean ± SD over seeds (min_val_loss checkpoint)",
+        rows=[k for k in keys if k in set(values["row"])],
+        columns=columns,
+        row_of=row_of,
+        notes=[
+            "probe: multinomial logistic regression fitted on positions of training-length "
+            "sequences only, evaluated on the test sets (rlt/probe.py); representation = the "
+            "last block's output before the final norm (RLT-1/RLT-2: the fed-back s_t)",
+            "parity: the running parity (chance 50); state: the S5 permutation so far (chance "
+            "0.83); where: the position of each of the 5 elements (chance 20); rms: RMS norm of "
+            "the representation (not %)",
+            f"task {metric} at lengths in a bucket: test accuracy at the test lengths that fall in "
+            "it (the final label sits at the bucket's positions)",
+        ],
+    )
+    table.index_header = "task / positions / what"
+    return table

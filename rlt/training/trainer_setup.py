@@ -221,15 +221,36 @@ def log_results(loggers: list, results: dict[str, Any]) -> None:
                 )
             }
         )
+        probe = probe_rows(results)
+        if probe:
+            logger.experiment.log(
+                {
+                    "probe/by_position": wandb.Table(
+                        columns=["target", "length", "bucket", "acc"], data=probe
+                    )
+                }
+            )
         logger.experiment.summary.update(
             {
                 "params": results["params"],
                 "best_step": results["selection"]["step"],
                 "sec_per_step": results["timing"]["sec_per_step"],
                 **summary_by_length(results),
+                **{f"probe/{t}/{b}": v for t, length, b, v in probe if length == "all"},
             }
         )
         wandb.finish()
+
+
+def probe_rows(results: dict[str, Any]) -> list[list[Any]]:
+    """The results.json probe as rows (target, test length or "all", bucket, accuracy %)."""
+    block = results.get("probe") or {}
+    rows = []
+    for name, t in (block.get("targets") or {}).items():
+        rows += [[name, "all", b, v] for b, v in t.get("by_bucket", {}).items()]
+        for length, rec in t.get("by_length", {}).items():
+            rows += [[name, length, b, v] for b, v in rec.get("buckets", {}).items()]
+    return rows
 
 
 def build_trainer(spec: RunSpec, callbacks: list, loggers: list, live_bar: bool):
