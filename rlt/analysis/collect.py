@@ -145,6 +145,7 @@ def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Col
 
     _fill_presets(runs, sweep_dirs)
     models = _assign_labels(runs)
+    _separate_sweeps(runs, warnings)
     runs = _mark_duplicates(runs)
     expected, grid_models = _expected_cells(runs, sweep_dirs, warnings)
     for key in grid_models:
@@ -231,7 +232,7 @@ _RUN_COLUMNS = (
     "run_id sweep_dir sweep preset task model model_dir family split arch n_enc n_dec n_layers "
     "feedback_interval feedback_schedule seed data_seed state has_results used step max_steps "
     "params sec_per_step train_seconds chance train_len_min train_len_max selection_step "
-    "stopped_early "
+    "stopped_early config_label "
     "detail path sweep_index"
 ).split()
 
@@ -341,6 +342,7 @@ def _result_fields(results: dict, rec: dict[str, Any]) -> dict[str, Any]:
         train_len_max=max(train_lengths) if train_lengths else None,
         selection_step=(results.get("selection") or {}).get("step"),
         stopped_early=results.get("stopped_early"),
+        config_label=run.get("label"),
         detail=None,
     )
     if run.get("sweep"):
@@ -464,6 +466,7 @@ def _assign_labels(runs: pd.DataFrame) -> dict[str, ModelKey]:
             n_layers=_int(r.n_layers),
             feedback_interval=_int(r.feedback_interval),
             feedback_schedule=_none(r.feedback_schedule),
+            label=_none(r.config_label),
         )
         for r in runs.itertuples()
     ]
@@ -480,6 +483,30 @@ def _assign_labels(runs: pd.DataFrame) -> dict[str, ModelKey]:
         labels.append(key.label)
     runs["label"] = labels
     return models
+
+
+def _separate_sweeps(runs: pd.DataFrame, warnings: list[str]) -> None:
+    """Sweeps given together that hold the same task, preset, model and seed (two sweeps that
+    differ in a value the labels do not show, e.g. scale.lr) are kept apart: the preset of each
+    such sweep's runs is suffixed with the sweep's directory name, so each gets its own rows
+    instead of one being dropped as a duplicate."""
+    used = runs[runs["used"]]
+    spread = used.groupby(["task", "preset", "label", "seed"])["sweep_dir"].unique()
+    sweeps = sorted({d for dirs in spread for d in dirs if len(dirs) > 1})
+    if not sweeps:
+        return
+    names = {d: Path(d).name for d in runs["sweep_dir"].unique()}
+    if len(set(names.values())) < len(names):
+        names = {d: d for d in names}  # same folder names: the full paths tell them apart
+    mine = runs["sweep_dir"].isin(sweeps)
+    runs.loc[mine, "preset"] = [
+        f"{p}, {names[d]}" for p, d in zip(runs.loc[mine, "preset"], runs.loc[mine, "sweep_dir"])
+    ]
+    warnings.append(
+        "the same task, preset, model and seed in several sweeps: each sweep kept apart ("
+        + ", ".join(names[d] for d in sweeps)
+        + ")"
+    )
 
 
 def _mark_duplicates(runs: pd.DataFrame) -> pd.DataFrame:
@@ -541,7 +568,10 @@ def _grid_file_cells(
     """The cells a grid file lists, labelled as the observed runs of the same model and split
     are; models nobody ran yet get a label of their own (appended to `grid_models`)."""
     presets = in_sweep["preset"].dropna()
-    default = spec.get("preset") or (
+    named = spec.get("preset")
+    if named and named not in set(presets) and f"{named}, {sweep_dir.name}" in set(presets):
+        named = f"{named}, {sweep_dir.name}"  # kept apart from another sweep (_separate_sweeps)
+    default = named or (
         Counter(presets).most_common(1)[0][0] if len(presets) else sweep_dir.resolve().name
     )
     cells = []

@@ -7,7 +7,7 @@ A label names an architecture the way the report's tables do: "RLT-1 4+4", "RLT-
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # Report order of the tasks (Table 1); tasks we do not know come after, alphabetically.
 TASK_ORDER = (
@@ -74,9 +74,18 @@ class ModelKey:
     n_layers: int | None
     feedback_interval: int | None
     schedule: tuple[int, ...] | None = None  # chunk sizes of a feedback schedule, in order
+    # A user's own name for a configuration (its model.label, e.g. "RLT-1 alpha=0.5"), when it
+    # is not the variant's standard label: the column is then the user's, never merged.
+    custom: str | None = None
 
     @property
     def label(self) -> str:
+        if self.custom:
+            return f"{self.custom} {self.split}" if self.split else self.custom
+        return self.standard_label
+
+    @property
+    def standard_label(self) -> str:
         if self.variant in DEPTH_VARIANTS:
             return f"{self.variant} {self.n_layers}" if self.n_layers else self.variant
         name = self.variant
@@ -137,7 +146,7 @@ def model_key(
         n_layers = n_enc + n_dec
     baseline = _baseline_variant(model, family)
     if baseline:
-        return ModelKey(baseline, None, None, None, n_layers, None)
+        return _with_custom(ModelKey(baseline, None, None, None, n_layers, None), label)
 
     schedule = None
     if feedback_schedule:
@@ -165,7 +174,21 @@ def model_key(
         feedback_interval = None
     if split is None and n_enc is not None and n_dec is not None:
         split = f"{n_enc}+{n_dec}"
-    return ModelKey(variant, split, n_enc, n_dec, n_layers, feedback_interval, schedule)
+    key = ModelKey(variant, split, n_enc, n_dec, n_layers, feedback_interval, schedule)
+    return _with_custom(key, label)
+
+
+def _with_custom(key: ModelKey, label: str | None) -> ModelKey:
+    """The key under the user's label when the run's model.label is not its standard one."""
+    if not label:
+        return key
+    standard = key.standard_label
+    base = (
+        standard[: -len(key.split) - 1] if key.split and standard.endswith(key.split) else standard
+    )
+    if label.strip() in (standard, base, key.variant):
+        return key
+    return replace(key, custom=label.strip())
 
 
 def _baseline_variant(model: str, family: str | None) -> str | None:

@@ -45,10 +45,37 @@ _COMPARE_COLUMNS = [
 ]
 
 
+REPORT_PRESET = "paper"
+
+
+def _is_report_preset(preset: str) -> bool:
+    """The report's preset, also as the analysis names it apart ("paper, <sweep>", "paper (N
+    steps)")."""
+    return preset == REPORT_PRESET or preset.startswith(
+        (f"{REPORT_PRESET}, ", f"{REPORT_PRESET} (")
+    )
+
+
+def _only_report_preset(c: Collection) -> Collection:
+    """The collection restricted to the report preset's runs (rows keep their names)."""
+    from dataclasses import replace
+
+    keep = set(c.used.loc[[_is_report_preset(p) for p in c.used["preset"]], "run_id"])
+    return replace(
+        c,
+        runs=c.runs[c.runs["run_id"].isin(keep)],
+        test=c.test[c.test["run_id"].isin(keep)],
+        val=c.val[c.val["run_id"].isin(keep)],
+    )
+
+
 def compare_table(c: Collection, reference: dict, *, metric: str = "acc") -> Table:
     """Our mean ± SD next to the report's for every reference entry our runs can answer."""
     records = []
     unmatched = 0
+    # The report's numbers are its full-scale runs: only runs of the report's preset compare.
+    others = sorted(p for p in set(c.used["preset"]) if not _is_report_preset(p))
+    c = _only_report_preset(c)
     for e in reference["entries"]:
         found = _entry_records(c, e, metric)
         unmatched += not found
@@ -71,6 +98,13 @@ def compare_table(c: Collection, reference: dict, *, metric: str = "acc") -> Tab
         f"{unmatched} of {len(reference['entries'])} reference entries have no matching "
         "runs here (other tasks, models, steps or lengths) and are not shown"
     ]
+    if others:
+        notes.insert(
+            0,
+            f"only runs at the report's preset ({REPORT_PRESET}: width 512, batch 512) are "
+            f"compared; runs at {', '.join(others)} are left out (a smaller scale is not the "
+            "report's experiment)",
+        )
     return Table(
         "compare_report",
         "Ours vs the report (%), Δ = our mean - report mean",

@@ -54,16 +54,29 @@ def test_without_grid_file_the_cross_product_defines_missing_cells(tmp_path: Pat
     assert len(c.incomplete) == len(HOLES)
 
 
-def test_duplicates_across_sweeps_are_listed_not_double_counted(
-    sweep: Path, tmp_path: Path
-) -> None:
+def test_the_same_cells_in_two_sweeps_are_kept_apart(sweep: Path, tmp_path: Path) -> None:
+    """Issue 31: two sweeps given together that hold the same task, preset, model and seed
+    (e.g. two learning rates) used to drop the second as a duplicate; now each sweep has its
+    own rows, named by its directory, and nothing is dropped."""
     other = tmp_path / "other"
     write_run(other, "parity", "rlt1", "4+4", 42)
     c = collect([sweep, other])
-    dup = c.runs[c.runs["state"] == "duplicate"]
-    assert len(dup) == 1 and str(other) in dup.iloc[0]["path"]
-    assert "duplicate" in set(c.incomplete["state"])
-    assert len(c.used[(c.used["label"] == "RLT-1 4+4") & (c.used["task"] == "parity")]) == 3
+    assert not (c.runs["state"] == "duplicate").any()
+    assert "parity [tiny, other]" in c.rows and "parity [tiny, synthetic]" in c.rows
+    mine = c.used[(c.used["label"] == "RLT-1 4+4") & (c.used["row"] == "parity [tiny, other]")]
+    assert len(mine) == 1 and str(other) in mine.iloc[0]["path"]
+    assert any("each sweep kept apart" in w for w in c.warnings)
+
+
+def test_one_transformer_under_two_split_names_is_one_run(tmp_path: Path) -> None:
+    """Within one sweep, the same model and seed twice (a Transformer trained under two split
+    names before grids learned to skip it) is still one run: the second is listed as a
+    duplicate."""
+    sweep = tmp_path / "s"
+    first = write_run(sweep, "parity", "transformer", "L8", 42)
+    shutil.copytree(first, sweep / "parity" / "transformer_again" / "L8" / "seed42")
+    c = collect([sweep])
+    assert (c.runs["state"] == "duplicate").sum() == 1
 
 
 def test_presets_are_kept_apart(tmp_path: Path) -> None:
@@ -178,8 +191,10 @@ def test_a_root_of_sweeps_reads_each_sweeps_grid(tmp_path: Path) -> None:
     make_sweep(root / "b", holes=False)
     grid = json.loads((a / "sweep.json").read_text())
     (a / "sweep.json").write_text(json.dumps({**grid, "cells": grid["cells"][:3]}))
-    for run in list(a.rglob("results.json"))[3:]:  # a asks for three cells only
-        shutil.rmtree(run.parent)
+    keep = {f"{x['task']}/{x['model']}/{x['split']}/seed{x['seed']}" for x in grid["cells"][:3]}
+    for run in list(a.rglob("results.json")):  # a asks for three cells only, and holds them
+        if str(run.parent.relative_to(a)) not in keep:
+            shutil.rmtree(run.parent)
     c = collect([root])
     assert [d.name for d in c.sweep_dirs] == ["a", "b"]
     assert {Path(d).name for d in c.used["sweep_dir"]} == {"a", "b"}
@@ -213,3 +228,23 @@ def test_a_killed_run_is_interrupted_in_the_tables_as_in_status(tmp_path: Path) 
     assert c.runs.loc[c.runs["seed"] == 45, "state"].tolist() == ["interrupted"]
     states = {r["cell"]: r["state"] for r in cell_states(sweep)}
     assert states["parity/rlt1/4+4/seed45"] == "interrupted"
+
+
+def test_a_variant_defined_in_config_is_its_own_column(tmp_path: Path) -> None:
+    """Issue 31: model.name=rlt1_alpha05 "model.label='RLT-1 alpha=0.5'" was classified as
+    plain RLT-1 and dropped as its duplicate; the recorded label now names its own column."""
+    sweep = tmp_path / "s"
+    plain = write_run(sweep, "parity", "rlt1", "4+4", 42)
+    variant = sweep / "parity" / "rlt1_alpha05" / "4+4" / "seed42"
+    shutil.copytree(plain, variant)
+    res = json.loads((variant / "results.json").read_text())
+    res["run"].update(model="rlt1_alpha05", label="RLT-1 alpha=0.5")
+    (variant / "results.json").write_text(json.dumps(res))
+    c = collect([sweep])
+    assert c.labels == ["RLT-1 4+4", "RLT-1 alpha=0.5 4+4"]
+    assert not (c.runs["state"] == "duplicate").any() and len(c.used) == 2
+    # the standard labels of the configs stay the standard columns
+    assert model_key(model="rlt2_b4", split="2+2", label="RLT-2 B=4").label == "RLT-2 B=4 2+2"
+    assert (
+        model_key(model="transformer", split="L4", label="Transformer 4").label == "Transformer 4"
+    )

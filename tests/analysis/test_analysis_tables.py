@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import statistics
@@ -159,7 +160,8 @@ def test_holes_render_with_n_below_expected_and_appear_in_incomplete(c) -> None:
 
     tables = build_tables(c, ReportOptions(compare_report=True))
     for key, t in tables.items():
-        assert not t.display.empty, key
+        assert not t.display.empty or key == "compare", key  # compare: not the report's preset
+    assert "left out" in tables["compare"].notes[0]
     md = tables["incomplete"].markdown()
     assert "missing" in md and "failed" in md and "running" in md and "212/500" in md
 
@@ -209,7 +211,28 @@ def test_params_and_cost(c) -> None:
     assert cost.display.loc["RLT-2 B=4 4+4", "× RLT-0"] == "1.20"
 
 
-def test_compare_with_report(c) -> None:
+def _as_preset(sweep: Path, out: Path, preset: str) -> Path:
+    """A copy of a synthetic sweep whose runs claim another scale preset."""
+    shutil.copytree(sweep, out)
+    for path in out.rglob("results.json"):
+        r = json.loads(path.read_text())
+        r["run"]["preset"] = preset
+        path.write_text(json.dumps(r))
+    grid = out / "sweep.json"
+    grid.write_text(json.dumps({**json.loads(grid.read_text()), "preset": preset}))
+    return out
+
+
+def test_compare_report_only_compares_the_reports_preset(c) -> None:
+    """Issue 31: a width-16, 4-step run was matched against the report's RLT-1 4+4 with no
+    warning; runs at another preset are now left out, and the table says so."""
+    table = compare_table(c, load_reference())  # the synthetic sweep is preset "tiny"
+    assert table.data.empty
+    assert "runs at tiny are left out" in table.notes[0]
+
+
+def test_compare_with_report(sweep: Path, tmp_path: Path) -> None:
+    c = collect([_as_preset(sweep, tmp_path / "paper", "paper")])
     table = compare_table(c, load_reference())
     rows = table.data[(table.data["column"] == "RLT-1 4+4") & (table.data["at"] == "length 256")]
     rec = rows[rows["source"] == "Table 2"].iloc[0]
