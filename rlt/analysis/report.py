@@ -9,13 +9,8 @@ from pathlib import Path
 
 from rlt.analysis import render
 from rlt.analysis.collect import Collection, collect
-from rlt.analysis.findings import (
-    LAPTOP_BASELINES,
-    LAPTOP_FINDINGS,
-    LAPTOP_RLT1,
-    beyond_table,
-    verdict_table,
-)
+from rlt.analysis.findings import beyond_table, verdict_table
+from rlt.analysis.laptop_findings import LAPTOP_BASELINES, LAPTOP_FINDINGS, LAPTOP_RLT1
 from rlt.analysis.reference import compare_table, load_reference
 from rlt.analysis.run_tables import cost_table, incomplete_table, params_table
 from rlt.analysis.schedule_view import feedback_split, has_schedules, schedule_table

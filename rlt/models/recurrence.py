@@ -19,7 +19,7 @@ outputs and every gradient against that plain autograd path.
 
 Layouts: per-position activations are time-major ``(T, N, ...)``, so a chunk is one
 contiguous slice; attention operands follow ``TimeMajor`` or ``HeadMajor`` (chosen by head
-dim for the window, always ``HeadMajor`` for the memory), see ``MATMUL_HEAD_DIM``.
+dim for the window, always ``HeadMajor`` for the memory), see rlt/models/layouts.py.
 
 Legend of the short names (buffers the forward saves for the backward live on ``sv``):
 
@@ -48,6 +48,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from rlt.models.blocks import BlockWeights, causal_mask, complex_dtype, window_mask
+from rlt.models.layouts import HeadMajor, TimeMajor, layout_for
 from rlt.models.merge import MergeWeights
 
 LAYER_WEIGHTS = len(BlockWeights._fields)  # tensors per decoder block (DecoderBlock.fused_weights)
@@ -119,130 +120,6 @@ def _rms_backward(
     return torch.addcmul(base, xhat, dot * inv, value=-1.0 / dh.shape[-1], out=out)
 
 
-class TimeMajor:
-    """Attention with time leading: keys/values (L, N, H, Dh), probabilities (c, L, N, H).
-
-    For small head dims: N*H tiny matrix products would cost more in BLAS call overhead
-    than these elementwise products and sums over contiguous rows (and softmax over a short
-    last dim is slow on CPU; here it runs over the leading dim).
-    """
-
-    @staticmethod
-    def kv_buffer(n_layers: int, slots: int, n: int, h: int, dh: int, like: Tensor) -> Tensor:
-        return like.new_zeros(n_layers, slots, n, h, dh)
-
-    @staticmethod
-    def put(buffer: Tensor, slots: slice, x: Tensor) -> None:
-        buffer[slots] = x  # x (c, N, H, Dh)
-
-    @staticmethod
-    def keys(buffer: Tensor, slots: slice) -> Tensor:
-        return buffer[slots]  # (L, N, H, Dh)
-
-    @staticmethod
-    def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, out: Tensor) -> Tensor:
-        """Scaled q (c, N, H, Dh) over k, v (L, N, H, Dh); True in mask (c, L) = may attend.
-        Writes the output (c, N, H, Dh) into ``out``; returns the probabilities."""
-        scores = (q[:, None] * k[None]).sum(-1)  # (c, L, N, H)
-        if mask is not None:
-            scores.masked_fill_(~mask[:, :, None, None], float("-inf"))
-        p = torch.softmax(scores, dim=1)
-        torch.sum(p[..., None] * v[None], dim=1, out=out)
-        return p
-
-    @staticmethod
-    def attend_backward(p: Tensor, da: Tensor, k: Tensor, v: Tensor, dq: Tensor) -> Tensor:
-        """Score gradients from dL/d(output) da (c, N, H, Dh); dL/dq goes into dq."""
-        dp = (da[:, None] * v[None]).sum(-1)  # (c, L, N, H)
-        ds = p * (dp - (dp * p).sum(1, keepdim=True))
-        torch.sum(ds[..., None] * k[None], dim=1, out=dq)
-        return ds
-
-    @staticmethod
-    def accumulate(acc: Tensor, weights: Tensor, first: int, x: Tensor) -> None:
-        """acc (L', N, H, Dh) += sum_c weights[:, first:] (c, L', N, H) * x (c, N, H, Dh)."""
-        if weights.shape[0] == 1:
-            acc.addcmul_(weights[0, first:, ..., None], x[0])
-        else:
-            acc += (weights[:, first:, ..., None] * x[:, None]).sum(0)
-
-    @staticmethod
-    def own(buffer: Tensor, slots: slice) -> Tensor:
-        return buffer[slots]  # (c, N, H, Dh)
-
-
-class HeadMajor:
-    """Attention with heads leading: keys/values (N, H, L, Dh), probabilities (N, H, c, L).
-
-    For large head dims, where N*H BLAS matrix products beat elementwise products.
-    """
-
-    @staticmethod
-    def kv_buffer(n_layers: int, slots: int, n: int, h: int, dh: int, like: Tensor) -> Tensor:
-        return like.new_zeros(n_layers, n, h, slots, dh)
-
-    @staticmethod
-    def put(buffer: Tensor, slots: slice, x: Tensor) -> None:
-        buffer[:, :, slots] = x.permute(1, 2, 0, 3)
-
-    @staticmethod
-    def keys(buffer: Tensor, slots: slice) -> Tensor:
-        return buffer[:, :, slots]  # (N, H, L, Dh)
-
-    @staticmethod
-    def p2_buffer(n_layers: int, t_len: int, n: int, h: int, like: Tensor) -> Tensor:
-        return like.new_zeros(n_layers, n, h, t_len, t_len)
-
-    @staticmethod
-    def p2(buffer: Tensor, rows: slice, keys: int) -> Tensor:
-        return buffer[:, :, rows, :keys]  # (N, H, c, b)
-
-    @staticmethod
-    def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, out: Tensor) -> Tensor:
-        scores = q.permute(1, 2, 0, 3) @ k.transpose(-1, -2)  # (N, H, c, L)
-        if mask is not None:
-            scores.masked_fill_(~mask, float("-inf"))
-        p = torch.softmax(scores, dim=-1)
-        out.copy_((p @ v).permute(2, 0, 1, 3))
-        return p
-
-    @staticmethod
-    def attend_backward(p: Tensor, da: Tensor, k: Tensor, v: Tensor, dq: Tensor) -> Tensor:
-        dp = da.permute(1, 2, 0, 3) @ v.transpose(-1, -2)  # (N, H, c, L)
-        ds = p * (dp - (dp * p).sum(-1, keepdim=True))
-        dq.copy_((ds @ k).permute(2, 0, 1, 3))
-        return ds
-
-    @staticmethod
-    def accumulate(acc: Tensor, weights: Tensor, first: int, x: Tensor) -> None:
-        """acc (N, H, L', Dh) += weights[..., first:]^T (N, H, L', c) x (N, H, c, Dh)."""
-        w = weights[..., first:].transpose(-1, -2)
-        x = x.permute(1, 2, 0, 3)
-        if w.shape[-1] == 1:
-            acc.addcmul_(w, x)
-        else:
-            acc += w @ x
-
-    @staticmethod
-    def own(buffer: Tensor, slots: slice) -> Tensor:
-        return buffer[:, :, slots].permute(2, 0, 1, 3)  # (c, N, H, Dh)
-
-    @staticmethod
-    def memory_grad(p2: Tensor, x: Tensor) -> Tensor:
-        """p2^T x: (N, H, T, T), (T, N, H, Dh) -> (N, H, T, Dh)."""
-        return p2.transpose(-1, -2) @ x.permute(1, 2, 0, 3)
-
-
-# The sliding window uses TimeMajor below this head dim and HeadMajor from it on (measured on
-# the bench machine: about 2x either way at Dh=16 and Dh=128). The memory attention always
-# uses HeadMajor: over a prefix of up to T keys, BLAS wins even at Dh=16.
-MATMUL_HEAD_DIM = 64
-
-
-def layout_for(head_dim: int) -> type[TimeMajor] | type[HeadMajor]:
-    return HeadMajor if head_dim >= MATMUL_HEAD_DIM else TimeMajor
-
-
 class _Saved:
     """Buffers the forward fills and the backward reads (a plain namespace)."""
 
@@ -258,19 +135,10 @@ def _split(x: Tensor, sizes: list[int], *shape: int) -> tuple[Tensor, ...]:
     return tuple(t.view(t.shape[0], *shape) for t in chunks) if shape else chunks
 
 
-def _forward(
-    spec: RecurrenceSpec, ops, mops, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers, native
-) -> _Saved:
-    t_len, n, d = e.shape
-    h, n_layers, wm1, b_int = spec.n_heads, len(layers), spec.window - 1, spec.interval
-    dh = d // h
-    f = layers[0][8].shape[1] if layers else 0
-    chunks = spec.chunks(t_len)
-    sizes = [b - a for a, b, _ in chunks]
-    eps = torch.full((), spec.eps, dtype=e.dtype, device=e.device)  # no host-to-device copy
-    # Norm weights folded into the following projections, cross queries carrying 1/sqrt(Dh),
-    # all stored (in, out): MKL runs x @ W^T for (64, 512) x (512, 2730) at half the speed of
-    # the same product with W^T contiguous (measured; odd output widths suffer most).
+def _folded_weights(layers, w_sp: Tensor, w_sn: Tensor, dh: int):
+    """Norm weights folded into the following projections, cross queries carrying 1/sqrt(Dh),
+    all stored (in, out): MKL runs x @ W^T for (64, 512) x (512, 2730) at half the speed of
+    the same product with W^T contiguous (measured; odd output widths suffer most)."""
     projections = [
         tuple(
             w.T.contiguous()
@@ -285,10 +153,16 @@ def _forward(
         )
         for lw in layers
     ]
-    w_sp_folded = (w_sp * w_sn).T.contiguous()
+    return projections, (w_sp * w_sn).T.contiguous()
 
+
+def _forward_buffers(spec, ops, mops, e: Tensor, n_layers: int, f: int, chunks, tables) -> _Saved:
+    """The buffers the forward fills and the backward reads (see the module's legend)."""
+    t_len, n, d = e.shape
+    h, wm1 = spec.n_heads, spec.window - 1
+    dh = d // h
     sv = _Saved()
-    sv.chunks, sv.sizes, sv.tables = chunks, sizes, tables
+    sv.chunks, sv.sizes, sv.tables = chunks, [b - a for a, b, _ in chunks], tables
     sv.S = e.new_empty(len(chunks), n, d)  # boundary state entering each chunk
     sv.out = e.new_empty(t_len, n, d)  # decoder outputs s_t
     sv.XH = e.new_empty(n_layers, 3, t_len, n, d)  # normalised inputs of SWA, cross, FFN
@@ -303,9 +177,23 @@ def _forward(
     sv.V = ops.kv_buffer(n_layers, t_len + wm1, n, h, dh, e)
     sv.P1 = [None] * (n_layers * len(chunks))  # SWA probabilities, [layer * C + chunk]
     sv.P2 = mops.p2_buffer(n_layers, t_len, n, h, e)  # memory attention probabilities
+    return sv
+
+
+def _forward(
+    spec: RecurrenceSpec, ops, mops, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers, native
+) -> _Saved:
+    t_len, n, d = e.shape
+    h, n_layers = spec.n_heads, len(layers)
+    dh = d // h
+    f = layers[0][8].shape[1] if layers else 0
+    chunks = spec.chunks(t_len)
+    sizes = [b - a for a, b, _ in chunks]
+    eps = torch.full((), spec.eps, dtype=e.dtype, device=e.device)  # no host-to-device copy
+    projections, w_sp_folded = _folded_weights(layers, w_sp, w_sn, dh)
+    sv = _forward_buffers(spec, ops, mops, e, n_layers, f, chunks, tables)
     # the residual stream itself is only needed within a chunk: three scratch rows
     scratch = e.new_empty(3, max(sizes), n, d)
-    x_in, x_1, x_2 = ([t[:c] for c in sizes] for t in scratch)
 
     if native is not None:  # the same loop in C++ (rlt/models/csrc/token_loop.cpp)
         sv.P1 = native.forward_loop(
@@ -318,7 +206,22 @@ def _forward(
             *(sv.P2, scratch),
         )
         return sv
+    _forward_loop(
+        spec, ops, mops, sv, e, ge, mem_k, mem_v, s0, projections, w_sp_folded, eps, scratch
+    )
+    return sv
 
+
+def _forward_loop(
+    spec, ops, mops, sv, e, ge, mem_k, mem_v, s0, projections, w_sp_folded, eps, scratch
+) -> None:
+    """The forward token loop in Python (its C++ twin: token_loop.cpp's forward_loop)."""
+    t_len, n, d = e.shape
+    h, n_layers, wm1, b_int = spec.n_heads, len(projections), spec.window - 1, spec.interval
+    dh = d // h
+    f = sv.Z13.shape[-1] // 2
+    chunks, sizes, tables = sv.chunks, sv.sizes, sv.tables
+    x_in, x_1, x_2 = ([t[:c] for c in sizes] for t in scratch)
     # per-chunk views, made once (see _split)
     e_c, ge_c, out_c = _split(e, sizes), _split(ge, sizes), _split(sv.out, sizes)
     rot_c = _split(tables, sizes)
@@ -377,136 +280,54 @@ def _forward(
             torch.addmm(x2.view(c * n, d), m, p_2, out=x.view(c * n, d))
         if b % b_int == 0:
             s = out_c[ci][-1]  # a complete chunk: the next boundary state
-    return sv
 
 
-def _backward(
-    spec: RecurrenceSpec, ops, mops, sv: _Saved, grad_out: Tensor, tensors, native
-) -> list[Tensor | None]:
-    e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers = tensors
-    t_len, n, d = sv.out.shape
-    n_layers, h, wm1, alpha = len(layers), spec.n_heads, spec.window - 1, spec.alpha
-    dh = d // h
-    f = layers[0][8].shape[1] if layers else 0
-    scale = dh**-0.5
-    chunks, sizes = sv.chunks, sv.sizes
-    silu_backward = torch.ops.aten.silu_backward.grad_input
-    inverse_rotations = sv.tables.conj()  # (T, 1, 2, 1, Dh/2)
-    w_q_scaled = [layer[4] * scale for layer in layers]
-
-    # -- the merge's state-dependent factors, batched over chunks (small: one row per chunk)
+def _merge_factors(spec, sv: _Saved, ge: Tensor, w_sn: Tensor, w_sp: Tensor, alpha: float):
+    """The merge's state-dependent factors, batched over chunks (small: one row per chunk):
+    (s_hat, 1/rms(s), r, d u / d gate pre-activation, d u / d (W_s r))."""
+    d = sv.out.shape[-1]
     s_inv = torch.rsqrt(sv.S.pow(2).mean(-1, keepdim=True) + spec.eps)  # (C, N, 1)
     s_hat = sv.S * s_inv
     r = s_hat * w_sn
     z = r @ w_sp.T  # (C, N, 2d)
-    chunk_of = torch.arange(t_len, device=e.device) // spec.interval  # chunks start at 0
+    chunk_of = torch.arange(sv.out.shape[0], device=ge.device) // spec.interval  # from 0
     gate = torch.sigmoid(ge + z[chunk_of, :, :d])  # (T, N, d)
-    k_gate = alpha * z[chunk_of, :, d:] * gate * (1 - gate)  # d u / d (gate pre-activation)
-    k_ws = alpha * gate  # d u / d (W_s r)
+    k_gate = alpha * z[chunk_of, :, d:] * gate * (1 - gate)
+    return s_hat, s_inv, r, k_gate, alpha * gate
 
-    # -- gradient buffers: what the batched weight gradients need, laid out like the forward
+
+def _backward_buffers(
+    sv: _Saved, e: Tensor, grad_out: Tensor, n_layers: int, f: int, n_chunks: int
+):
+    """What the batched weight gradients need, laid out like the forward's buffers:
+    (gx, gx1, gx2, gqkv, gk, gv, gqc, g13, gh, ga2, ds2, gge, gz, gr)."""
+    t_len, n, d = sv.out.shape
     gx = e.new_empty(n_layers + 1, t_len, n, d)  # dL/d(input of block l); [L]: of the outputs
     gx[n_layers].copy_(grad_out.transpose(0, 1))
-    gx1 = e.new_empty(n_layers, t_len, n, d)  # dL/d(after SWA)
-    gx2 = e.new_empty(n_layers, t_len, n, d)  # dL/d(after cross-attention)
-    gqkv = torch.empty_like(sv.QKV)  # dL/d(q, k, v) before rotation
-    gk = torch.zeros_like(sv.K)  # accumulate over the windows of later positions
-    gv = torch.zeros_like(sv.V)
-    gqc = e.new_empty(n_layers, t_len, n, d)
-    g13 = e.new_empty(n_layers, t_len, n, 2 * f)
-    gh = e.new_empty(n_layers, 3, t_len, n, d)  # dL/d(normed inputs): for norm-weight grads
-    ga2 = e.new_empty(n_layers, t_len, n, d)  # dL/d(memory-attention output): for memory grads
-    ds2 = torch.zeros_like(sv.P2)  # memory-attention score gradients
-    gge = e.new_empty(t_len, n, d)
-    gz = e.new_empty(len(chunks), n, 2 * d)
-    gr = e.new_empty(len(chunks), n, d)
-    ds0 = None
+    return (
+        gx,
+        e.new_empty(n_layers, t_len, n, d),  # gx1: dL/d(after SWA)
+        e.new_empty(n_layers, t_len, n, d),  # gx2: dL/d(after cross-attention)
+        torch.empty_like(sv.QKV),  # gqkv: dL/d(q, k, v) before rotation
+        torch.zeros_like(sv.K),  # gk, gv: accumulate over the windows of later positions
+        torch.zeros_like(sv.V),
+        e.new_empty(n_layers, t_len, n, d),  # gqc
+        e.new_empty(n_layers, t_len, n, 2 * f),  # g13
+        e.new_empty(n_layers, 3, t_len, n, d),  # gh: dL/d(normed inputs), for norm weights
+        e.new_empty(n_layers, t_len, n, d),  # ga2: dL/d(memory-attention output)
+        torch.zeros_like(sv.P2),  # ds2: memory-attention score gradients
+        e.new_empty(t_len, n, d),  # gge
+        e.new_empty(n_chunks, n, 2 * d),  # gz
+        e.new_empty(n_chunks, n, d),  # gr
+    )
 
-    if native is not None:  # the same loop in C++ (rlt/models/csrc/token_loop.cpp)
-        ds0 = native.backward_loop(
-            [i for chunk in chunks for i in chunk],
-            *(h, spec.window, spec.interval, ops is TimeMajor),
-            [w for layer in layers for w in layer],
-            *(w_q_scaled, w_sn, w_sp, mem_k, mem_v, inverse_rotations, sv.P1),
-            *(sv.XH, sv.INV, sv.Z13, sv.QKV, sv.K, sv.V, sv.P2, s_hat, s_inv, k_gate, k_ws),
-            *(gx, gx1, gx2, gqkv, gk, gv, gqc, g13, gh, ga2, ds2, gge, gz, gr),
-        )
-    else:
-        # per-chunk views, made once (see _split)
-        xh_c = [[_split(t, sizes) for t in sv.XH[li]] for li in range(n_layers)]
-        inv_c = [[_split(t, sizes) for t in sv.INV[li]] for li in range(n_layers)]
-        gh_c = [[_split(t, sizes, -1, d) for t in gh[li]] for li in range(n_layers)]
-        z13_c = [_split(sv.Z13[li], sizes, -1, 2 * f) for li in range(n_layers)]
-        g13_c = [_split(g13[li], sizes, -1, 2 * f) for li in range(n_layers)]
-        gx_c = [_split(gx[li], sizes) for li in range(n_layers + 1)]
-        gx1_c = [_split(gx1[li], sizes) for li in range(n_layers)]
-        gx2_c = [_split(gx2[li], sizes) for li in range(n_layers)]
-        ga2_c = [_split(ga2[li], sizes, n, h, dh) for li in range(n_layers)]
-        gqc_c = [_split(gqc[li], sizes, n, h, dh) for li in range(n_layers)]
-        gqkv_c = [_split(gqkv[li], sizes) for li in range(n_layers)]
-        q_c = [_split(sv.QKV[li, :, :, 0], sizes) for li in range(n_layers)]
-        inv_rot_c = _split(inverse_rotations, sizes)
-        k_gate_c, k_ws_c, gge_c = _split(k_gate, sizes), _split(k_ws, sizes), _split(gge, sizes)
 
-        for ci in range(len(chunks) - 1, -1, -1):
-            a, b, cut = chunks[ci]
-            c = b - a
-            window, own, prefix = slice(a, b + wm1), slice(a + wm1, b + wm1), slice(0, b)
-            lo = max(a, cut + wm1)  # slots before the latest TBPTT cut are detached
-            for li in range(n_layers - 1, -1, -1):
-                lw = layers[li]
-                w_an, w_cn, w_fn = lw.attn_norm, lw.cross_norm, lw.ffn_norm
-                w_qkv, w_o, w_co, w_13, w_2 = lw.qkv, lw.attn_out, lw.cross_out, lw.w13, lw.w2
-                xh, inv = [t[ci] for t in xh_c[li]], [t[ci] for t in inv_c[li]]
-                g_out, g_2, g_1 = gx_c[li + 1][ci], gx2_c[li][ci], gx1_c[li][ci]  # (c, N, d)
-                # -- SwiGLU
-                dm = g_out.view(c * n, d) @ w_2  # (c*N, f)
-                pre, grad = z13_c[li][ci], g13_c[li][ci]  # (c*N, 2f)
-                silu_backward(dm * pre[:, f:], pre[:, :f], grad_input=grad[:, :f])
-                torch.mul(dm, F.silu(pre[:, :f]), out=grad[:, f:])
-                dh_ = torch.mm(grad, w_13, out=gh_c[li][2][ci]).view(c, n, d)
-                _rms_backward(dh_, w_fn, xh[2], inv[2], g_out, out=g_2)
-                # -- memory cross-attention
-                da = ga2_c[li][ci]  # (c, N, H, Dh)
-                torch.mm(g_2.view(c * n, d), w_co, out=da.view(c * n, d))
-                keys, values = mops.keys(mem_k, prefix), mops.keys(mem_v, prefix)
-                p = mops.p2(sv.P2[li], slice(a, b), b)
-                dsc = mops.attend_backward(p, da, keys, values, dq=gqc_c[li][ci])
-                mops.p2(ds2[li], slice(a, b), b).copy_(dsc)
-                dh_ = torch.mm(gqc_c[li][ci].view(c * n, d), w_q_scaled[li], out=gh_c[li][1][ci])
-                _rms_backward(dh_.view(c, n, d), w_cn, xh[1], inv[1], g_2, out=g_1)
-                # -- sliding-window self-attention
-                da = (g_1.view(c * n, d) @ w_o).view(c, n, h, dh)
-                g_own = gqkv_c[li][ci]  # (c, N, 3, H, Dh)
-                keys, values = ops.keys(sv.K[li], window), ops.keys(sv.V[li], window)
-                p = sv.P1[li * len(chunks) + ci]
-                dsc = ops.attend_backward(p, da, keys, values, dq=g_own[:, :, 0])
-                live = slice(lo, b + wm1)
-                ops.accumulate(ops.keys(gk[li], live), dsc, lo - a, q_c[li][ci])
-                ops.accumulate(ops.keys(gv[li], live), p, lo - a, da)
-                g_own[:, :, 1] = ops.own(gk[li], own)  # complete: later windows are done
-                g_own[:, :, 2] = ops.own(gv[li], own)
-                _rotate(g_own[:, :, :2], inv_rot_c[ci])
-                dh_ = torch.mm(g_own.view(c * n, 3 * d), w_qkv, out=gh_c[li][0][ci])
-                _rms_backward(dh_.view(c, n, d), w_an, xh[0], inv[0], g_1, out=gx_c[li][ci])
-            # -- gated merge: dL/du = gx[0, a:b] (which is also dL/de)
-            du = gx_c[0][ci]  # (c, N, d)
-            torch.mul(du, k_gate_c[ci], out=gge_c[ci])
-            torch.sum(gge_c[ci], dim=0, out=gz[ci, :, :d])
-            torch.sum(du * k_ws_c[ci], dim=0, out=gz[ci, :, d:])
-            torch.mm(gz[ci], w_sp, out=gr[ci])  # dL/dr (N, d)
-            ds = _rms_backward(
-                gr[ci], w_sn, s_hat[ci], s_inv[ci], None, out=torch.empty_like(gr[ci])
-            )
-            if a == 0:
-                ds0 = ds
-            elif cut != a:  # the state entering a chunk after a cut is detached
-                gx[n_layers, a - 1] += ds
-
-    # -- batched weight and memory gradients
-    flat = (t_len * n, -1)
-    g_w_sp = gz.reshape(len(chunks) * n, 2 * d).T @ r.reshape(len(chunks) * n, d)
-    g_w_sn = (s_hat * gr).sum(dim=(0, 1))
+def _weight_grads(mops, sv: _Saved, g, layers, mem_k, mem_v, h: int, scale: float):
+    """Batched weight and memory gradients: every weight as one (T*N)-deep matmul, the memory
+    K/V as one batched matmul per layer. Returns (per-block grads, dL/d mem_k, dL/d mem_v)."""
+    gx, gx1, gx2, gqkv, _, _, gqc, g13, gh, ga2, ds2, _, _, _ = g
+    t_len, n, d = sv.out.shape
+    f, dh, flat = g13.shape[-1] // 2, d // h, (t_len * n, -1)
     layer_grads = []
     g_mem_k = None if mem_k is None else torch.zeros_like(mem_k)
     g_mem_v = None if mem_v is None else torch.zeros_like(mem_v)
@@ -528,6 +349,135 @@ def _backward(
         )
         g_mem_v += mops.memory_grad(sv.P2[li], ga2[li].view(t_len, n, h, dh))
         g_mem_k += mops.memory_grad(ds2[li], sv.QC[li].view(t_len, n, h, dh))
+    return layer_grads, g_mem_k, g_mem_v
+
+
+def _backward_loop(
+    spec, ops, mops, sv, g, layers, mem_k, mem_v, w_q_scaled, inverse_rotations, merge
+) -> Tensor | None:
+    """The backward token loop in Python (its C++ twin: token_loop.cpp's backward_loop); fills
+    the gradient buffers ``g`` and returns dL/d s0."""
+    s_hat, s_inv, k_gate, k_ws, w_sn, w_sp = merge
+    gx, gx1, gx2, gqkv, gk, gv, gqc, g13, gh, ga2, ds2, gge, gz, gr = g
+    (_, n, d), n_layers, h, wm1 = sv.out.shape, len(layers), spec.n_heads, spec.window - 1
+    dh, f, chunks, sizes = d // h, g13.shape[-1] // 2, sv.chunks, sv.sizes
+    silu_backward, ds0 = torch.ops.aten.silu_backward.grad_input, None
+    # per-chunk views, made once (see _split)
+    xh_c = [[_split(t, sizes) for t in sv.XH[li]] for li in range(n_layers)]
+    inv_c = [[_split(t, sizes) for t in sv.INV[li]] for li in range(n_layers)]
+    gh_c = [[_split(t, sizes, -1, d) for t in gh[li]] for li in range(n_layers)]
+    z13_c = [_split(sv.Z13[li], sizes, -1, 2 * f) for li in range(n_layers)]
+    g13_c = [_split(g13[li], sizes, -1, 2 * f) for li in range(n_layers)]
+    gx_c = [_split(gx[li], sizes) for li in range(n_layers + 1)]
+    gx1_c = [_split(gx1[li], sizes) for li in range(n_layers)]
+    gx2_c = [_split(gx2[li], sizes) for li in range(n_layers)]
+    ga2_c = [_split(ga2[li], sizes, n, h, dh) for li in range(n_layers)]
+    gqc_c = [_split(gqc[li], sizes, n, h, dh) for li in range(n_layers)]
+    gqkv_c = [_split(gqkv[li], sizes) for li in range(n_layers)]
+    q_c = [_split(sv.QKV[li, :, :, 0], sizes) for li in range(n_layers)]
+    inv_rot_c = _split(inverse_rotations, sizes)
+    k_gate_c, k_ws_c, gge_c = _split(k_gate, sizes), _split(k_ws, sizes), _split(gge, sizes)
+
+    for ci in range(len(chunks) - 1, -1, -1):
+        a, b, cut = chunks[ci]
+        c = b - a
+        window, own, prefix = slice(a, b + wm1), slice(a + wm1, b + wm1), slice(0, b)
+        lo = max(a, cut + wm1)  # slots before the latest TBPTT cut are detached
+        for li in range(n_layers - 1, -1, -1):
+            lw = layers[li]
+            w_an, w_cn, w_fn = lw.attn_norm, lw.cross_norm, lw.ffn_norm
+            w_qkv, w_o, w_co, w_13, w_2 = lw.qkv, lw.attn_out, lw.cross_out, lw.w13, lw.w2
+            xh, inv = [t[ci] for t in xh_c[li]], [t[ci] for t in inv_c[li]]
+            g_out, g_2, g_1 = gx_c[li + 1][ci], gx2_c[li][ci], gx1_c[li][ci]  # (c, N, d)
+            # -- SwiGLU
+            dm = g_out.view(c * n, d) @ w_2  # (c*N, f)
+            pre, grad = z13_c[li][ci], g13_c[li][ci]  # (c*N, 2f)
+            silu_backward(dm * pre[:, f:], pre[:, :f], grad_input=grad[:, :f])
+            torch.mul(dm, F.silu(pre[:, :f]), out=grad[:, f:])
+            dh_ = torch.mm(grad, w_13, out=gh_c[li][2][ci]).view(c, n, d)
+            _rms_backward(dh_, w_fn, xh[2], inv[2], g_out, out=g_2)
+            # -- memory cross-attention
+            da = ga2_c[li][ci]  # (c, N, H, Dh)
+            torch.mm(g_2.view(c * n, d), w_co, out=da.view(c * n, d))
+            keys, values = mops.keys(mem_k, prefix), mops.keys(mem_v, prefix)
+            p = mops.p2(sv.P2[li], slice(a, b), b)
+            dsc = mops.attend_backward(p, da, keys, values, dq=gqc_c[li][ci])
+            mops.p2(ds2[li], slice(a, b), b).copy_(dsc)
+            dh_ = torch.mm(gqc_c[li][ci].view(c * n, d), w_q_scaled[li], out=gh_c[li][1][ci])
+            _rms_backward(dh_.view(c, n, d), w_cn, xh[1], inv[1], g_2, out=g_1)
+            # -- sliding-window self-attention
+            da = (g_1.view(c * n, d) @ w_o).view(c, n, h, dh)
+            g_own = gqkv_c[li][ci]  # (c, N, 3, H, Dh)
+            keys, values = ops.keys(sv.K[li], window), ops.keys(sv.V[li], window)
+            p = sv.P1[li * len(chunks) + ci]
+            dsc = ops.attend_backward(p, da, keys, values, dq=g_own[:, :, 0])
+            live = slice(lo, b + wm1)
+            ops.accumulate(ops.keys(gk[li], live), dsc, lo - a, q_c[li][ci])
+            ops.accumulate(ops.keys(gv[li], live), p, lo - a, da)
+            g_own[:, :, 1] = ops.own(gk[li], own)  # complete: later windows are done
+            g_own[:, :, 2] = ops.own(gv[li], own)
+            _rotate(g_own[:, :, :2], inv_rot_c[ci])
+            dh_ = torch.mm(g_own.view(c * n, 3 * d), w_qkv, out=gh_c[li][0][ci])
+            _rms_backward(dh_.view(c, n, d), w_an, xh[0], inv[0], g_1, out=gx_c[li][ci])
+        # -- gated merge: dL/du = gx[0, a:b] (which is also dL/de)
+        du = gx_c[0][ci]  # (c, N, d)
+        torch.mul(du, k_gate_c[ci], out=gge_c[ci])
+        torch.sum(gge_c[ci], dim=0, out=gz[ci, :, :d])
+        torch.sum(du * k_ws_c[ci], dim=0, out=gz[ci, :, d:])
+        torch.mm(gz[ci], w_sp, out=gr[ci])  # dL/dr (N, d)
+        ds = _rms_backward(gr[ci], w_sn, s_hat[ci], s_inv[ci], None, out=torch.empty_like(gr[ci]))
+        if a == 0:
+            ds0 = ds
+        elif cut != a:  # the state entering a chunk after a cut is detached
+            gx[n_layers, a - 1] += ds
+    return ds0
+
+
+def _backward(
+    spec: RecurrenceSpec, ops, mops, sv: _Saved, grad_out: Tensor, tensors, native
+) -> list[Tensor | None]:
+    e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers = tensors
+    t_len, n, d = sv.out.shape
+    n_layers, h, alpha = len(layers), spec.n_heads, spec.alpha
+    dh = d // h
+    f = layers[0][8].shape[1] if layers else 0
+    scale = dh**-0.5
+    chunks = sv.chunks
+    inverse_rotations = sv.tables.conj()  # (T, 1, 2, 1, Dh/2)
+    w_q_scaled = [layer[4] * scale for layer in layers]
+
+    s_hat, s_inv, r, k_gate, k_ws = _merge_factors(spec, sv, ge, w_sn, w_sp, alpha)
+    g = _backward_buffers(sv, e, grad_out, n_layers, f, len(chunks))
+    gx, gx1, gx2, gqkv, gk, gv, gqc, g13, gh, ga2, ds2, gge, gz, gr = g
+    ds0 = None
+
+    if native is not None:  # the same loop in C++ (rlt/models/csrc/token_loop.cpp)
+        ds0 = native.backward_loop(
+            [i for chunk in chunks for i in chunk],
+            *(h, spec.window, spec.interval, ops is TimeMajor),
+            [w for layer in layers for w in layer],
+            *(w_q_scaled, w_sn, w_sp, mem_k, mem_v, inverse_rotations, sv.P1),
+            *(sv.XH, sv.INV, sv.Z13, sv.QKV, sv.K, sv.V, sv.P2, s_hat, s_inv, k_gate, k_ws),
+            *(gx, gx1, gx2, gqkv, gk, gv, gqc, g13, gh, ga2, ds2, gge, gz, gr),
+        )
+    else:
+        ds0 = _backward_loop(
+            spec,
+            ops,
+            mops,
+            sv,
+            g,
+            layers,
+            mem_k,
+            mem_v,
+            w_q_scaled,
+            inverse_rotations,
+            (s_hat, s_inv, k_gate, k_ws, w_sn, w_sp),
+        )
+
+    g_w_sp = gz.reshape(len(chunks) * n, 2 * d).T @ r.reshape(len(chunks) * n, d)
+    g_w_sn = (s_hat * gr).sum(dim=(0, 1))
+    layer_grads, g_mem_k, g_mem_v = _weight_grads(mops, sv, g, layers, mem_k, mem_v, h, scale)
     return [gx[0], gge, g_mem_k, g_mem_v, ds0, g_w_sn, g_w_sp, *layer_grads]
 
 

@@ -1,11 +1,11 @@
-"""Hydra glue: config resolvers and the sweep summary callback.
-
-Imported by ``train.py`` (and by tests that compose configs) before any config is composed.
+"""The Hydra-facing layer on top of rlt.training: the command precheck, grid files, job reports
+and the sweep summary callback. It calls ``run``; ``run`` and ``spec`` never import it (they
+use ``hydra_env``). Imported by ``train.py`` (and by tests that compose configs) before any
+config is composed; importing it registers the config resolvers (``hydra_env``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 from pathlib import Path
@@ -15,34 +15,15 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from rlt.rundir import JOBS_DIR
-
-
-def register_resolvers() -> None:
-    """``rlt_sum`` (layer totals for the Transformer), ``rlt_first`` (first non-null) and the
-    SLURM launcher's resources from the trainer (``rlt_slurm_gpus``, ``rlt_slurm_cpus``)."""
-    if not OmegaConf.has_resolver("rlt_sum"):
-        OmegaConf.register_new_resolver("rlt_sum", lambda *xs: sum(int(x) for x in xs))
-    if not OmegaConf.has_resolver("rlt_first"):
-        OmegaConf.register_new_resolver(
-            "rlt_first", lambda *xs: next((x for x in xs if x not in (None, "None", "null")), None)
-        )
-    if not OmegaConf.has_resolver("rlt_slurm_gpus"):
-        OmegaConf.register_new_resolver("rlt_slurm_gpus", slurm_gpus)
-    if not OmegaConf.has_resolver("rlt_slurm_cpus"):
-        OmegaConf.register_new_resolver("rlt_slurm_cpus", slurm_cpus)
-
-
-def slurm_gpus(accelerator: str, devices: Any) -> int:
-    """``hydra.launcher.gpus_per_node`` from the trainer: none for a CPU run."""
-    return 0 if str(accelerator) == "cpu" else int(devices)
-
-
-def slurm_cpus(threads: Any) -> int:
-    """``hydra.launcher.cpus_per_task`` from ``trainer.threads`` (auto: 4, the report's)."""
-    return 4 if threads in (None, "auto", "None", "null") else int(threads)
-
-
-register_resolvers()
+from rlt.training.hydra_env import (  # noqa: F401 - the Hydra-facing names, re-exported
+    hydra_output_dir,
+    is_multirun,
+    register_resolvers,
+    run_dir_for,
+    save_hydra_files,
+    slurm_cpus,
+    slurm_gpus,
+)
 
 LAUNCH_ENV = "RLT_SWEEP_LAUNCH"
 
@@ -52,63 +33,6 @@ def _jobs_dir(sweep_dir: Path) -> Path:
     import os
 
     return sweep_dir / JOBS_DIR / os.environ.get(LAUNCH_ENV, "default")
-
-
-def is_multirun() -> bool:
-    """Whether this process runs a job of ``train.py -m`` (False outside Hydra)."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
-        return HydraConfig.get().mode == RunMode.MULTIRUN
-    except ValueError:  # HydraConfig not set: called without Hydra
-        return False
-
-
-def hydra_output_dir() -> str | None:
-    """The job's output directory when running under Hydra (``hydra.run.dir`` for a single
-    run, ``hydra.sweep.dir/subdir`` in a multirun), else None. Where a user moved Hydra's
-    output, the run directory moves with it."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        return HydraConfig.get().runtime.output_dir
-    except (ValueError, AttributeError):
-        return None
-
-
-def save_hydra_files(cfg: DictConfig, run_dir: Path) -> None:
-    """Hydra's record of the job (``.hydra/config.yaml``, ``hydra.yaml``, ``overrides.yaml``),
-    written by the run once it holds the run's lock; Hydra's own writing is off
-    (``hydra.output_subdir: null``), so a second launch of the same run that finds it busy
-    leaves the first one's record as it was. Nothing outside Hydra."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        hc = HydraConfig.get()
-    except ValueError:
-        return
-    from omegaconf import OmegaConf
-
-    from rlt.rundir import atomic_write_text
-
-    out = Path(run_dir) / ".hydra"
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg))
-    atomic_write_text(out / "hydra.yaml", OmegaConf.to_yaml({"hydra": hc}))
-    atomic_write_text(out / "overrides.yaml", OmegaConf.to_yaml(list(hc.overrides.task)))
-
-
-def run_dir_for(cfg: DictConfig) -> Path:
-    """The one place that decides where a run lives: Hydra's job directory when Hydra runs the
-    job, else ``cfg.out_dir`` (root/group/cell). Kept relative when it is the default."""
-    default = Path(cfg.out_dir)
-    out = hydra_output_dir()
-    if out is None or Path(out).resolve() == default.resolve():
-        return default
-    with contextlib.suppress(ValueError):
-        return Path(out).resolve().relative_to(Path.cwd())
-    return Path(out)
 
 
 def precheck_overrides(argv: list[str]) -> None:
@@ -238,11 +162,8 @@ def _command_jobs(args: list[str], *, multirun: bool) -> tuple[list[list[str]], 
     if not multirun:
         return [task_args], False
     from hydra import compose
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    overrides = OverridesParser.create().parse_overrides(task_args)
-    first = BasicSweeper.split_arguments(overrides, None)[0][0]
+    first = basic_sweep(task_args)[0]
     cfg = compose(config_name="config", overrides=[*first, *hydra_args], return_hydra_config=True)
     cfg.hydra.overrides.task = task_args
     launcher = str(cfg.hydra.launcher.get("_target_", ""))
@@ -320,16 +241,21 @@ def report_job(cfg: DictConfig, outcome: dict[str, Any]) -> None:
     (jobs / f"{hc.job.num}.json").write_text(json.dumps(payload))
 
 
-def expand_jobs(config: DictConfig) -> list[list[str]]:
-    """The override lists of every job of a multirun, as Hydra's basic sweeper expands them."""
+def basic_sweep(args: list[str]) -> list[list[str]]:
+    """The jobs Hydra's basic sweeper makes of command-line overrides, in its order (the cross
+    product, the last sweep varying fastest). The one place that reaches into Hydra's private
+    modules; tests/sweeps/test_sweeps.py fails if Hydra changes what it returns."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    params = config.hydra.sweeper.get("params") or {}
-    args = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
     overrides = OverridesParser.create().parse_overrides(args)
-    batches = BasicSweeper.split_arguments(overrides, None)
-    return [list(job) for batch in batches for job in batch]
+    return [list(job) for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+
+
+def expand_jobs(config: DictConfig) -> list[list[str]]:
+    """The override lists of every job of a multirun, as Hydra's basic sweeper expands them."""
+    params = config.hydra.sweeper.get("params") or {}
+    return basic_sweep([f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task))
 
 
 def write_grid(config: DictConfig, sweep_dir: Path) -> None:

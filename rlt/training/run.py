@@ -25,7 +25,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rlt import rundir
-from rlt.training import hydra_support, identity, slurm
+from rlt.training import hydra_env, identity, slurm
 from rlt.training.callbacks import (
     FeedbackDiagnostics,
     FeedbackScheduleCallback,
@@ -57,7 +57,7 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
     results_path = run_dir / rundir.RESULTS
     if _finished(spec, cfg):
         say(f"[skipped] {cell}: already done; results in {results_path} (force=true retrains)")
-        if cfg.print_table and not hydra_support.is_multirun():
+        if cfg.print_table and not hydra_env.is_multirun():
             with contextlib.suppress(Exception):
                 print_table(rundir.read_json(results_path))
         return {"state": "skipped", "run_dir": str(run_dir)}
@@ -76,7 +76,7 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
         if resuming:
             _check_checkpoint(last)
         rundir.atomic_write_text(run_dir / rundir.CONFIG, OmegaConf.to_yaml(cfg, resolve=True))
-        hydra_support.save_hydra_files(cfg, run_dir)
+        hydra_env.save_hydra_files(cfg, run_dir)
         if cfg.force:
             # Marks a forced retrain in progress: stopped, the same command resumes it.
             rundir.write_status(run_dir, "running", retrain=True)
@@ -319,25 +319,7 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         eval_batch_size=cfg.scale.eval_batch,
     )
     module = _build_module(spec)
-    device_type = "cuda" if str(cfg.trainer.accelerator) in ("gpu", "cuda") else "cpu"
-    compiled, compile_why = resolve_compile(
-        cfg.trainer.get("compile", "off"), module.model, device_type
-    )
-    module.model.compiled_step = compiled
-    if compiled:
-        print(f"[rlt] {spec.identity['cell']}: compiled chunk step ({compile_why})", flush=True)
-    native, native_why = resolve_native(
-        cfg.trainer.get("native", "off"), module.model, device_type, cfg.scale.max_steps, compiled
-    )
-    module.model.native_step = native
-    if native:
-        print(f"[rlt] {spec.identity['cell']}: C++ token loop ({native_why})", flush=True)
-    elif native_why.startswith("auto fell back"):
-        print(
-            f"[rlt] warning: {spec.identity['cell']}: the C++ token loop is off ({native_why}); "
-            "training with the Python loop (the same numbers, slower)",
-            flush=True,
-        )
+    step_paths = _choose_step_paths(spec, module.model)
     recorder = ValidationAndCheckpoints(
         run_dir=run_dir,
         val_loader_fn=dm.val_dataloader,
@@ -373,8 +355,7 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
     fit_seconds = time.perf_counter() - fit_start
 
     results = evaluate_policies(spec, module, dm, recorder, module.model.num_parameters())
-    results["compiled_step"] = {"on": compiled, "why": compile_why}
-    results["native_loop"] = {"on": native, "why": native_why}
+    results |= step_paths
     probe = _probe(spec, module.model)
     if probe is not None:
         results["probe"] = probe
@@ -383,6 +364,33 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
     if cfg.print_table:
         print_table(results)
     return results
+
+
+def _choose_step_paths(spec: RunSpec, model: torch.nn.Module) -> dict[str, dict[str, Any]]:
+    """``trainer.compile`` and ``trainer.native`` resolved for this run and set on the model,
+    each said on the console; returns their results.json records."""
+    cfg, cell = spec.cfg, spec.identity["cell"]
+    device_type = "cuda" if str(cfg.trainer.accelerator) in ("gpu", "cuda") else "cpu"
+    compiled, compile_why = resolve_compile(cfg.trainer.get("compile", "off"), model, device_type)
+    model.compiled_step = compiled
+    if compiled:
+        print(f"[rlt] {cell}: compiled chunk step ({compile_why})", flush=True)
+    native, native_why = resolve_native(
+        cfg.trainer.get("native", "off"), model, device_type, cfg.scale.max_steps, compiled
+    )
+    model.native_step = native
+    if native:
+        print(f"[rlt] {cell}: C++ token loop ({native_why})", flush=True)
+    elif native_why.startswith("auto fell back"):
+        print(
+            f"[rlt] warning: {cell}: the C++ token loop is off ({native_why}); training with "
+            "the Python loop (the same numbers, slower)",
+            flush=True,
+        )
+    return {
+        "compiled_step": {"on": compiled, "why": compile_why},
+        "native_loop": {"on": native, "why": native_why},
+    }
 
 
 def _probe(spec: RunSpec, model: torch.nn.Module) -> dict[str, Any] | None:

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rlt import rundir
 from rlt.tasks import get_task
-from rlt.training import hydra_support
+from rlt.training import hydra_env
 from rlt.training.families import FAMILIES, MODEL_META, RLT_VARIANTS, rlt_variant, variant_option
 from rlt.training.schedule import FeedbackSchedule
 
@@ -65,7 +65,7 @@ def prepare(cfg: DictConfig, *, on_this_machine: bool = True) -> RunSpec:
     if schedule is not None:
         kwargs["feedback_interval"] = schedule.at(0)
     task = _task(cfg)
-    run_dir = hydra_support.run_dir_for(cfg)
+    run_dir = hydra_env.run_dir_for(cfg)
     scale = cfg.scale
     lengths = list(task.test_lengths)
     if scale.test_lengths_limit:
@@ -164,7 +164,7 @@ def _check_paths(cfg: DictConfig) -> None:
             )
     out = Path(str(cfg.out_dir)).resolve()
     root = Path(str(cfg.root)).resolve()
-    if hydra_support.hydra_output_dir() is None and root not in out.parents:
+    if hydra_env.hydra_output_dir() is None and root not in out.parents:
         raise ConfigError(
             f"out_dir {cfg.out_dir!r} is not under root {cfg.root!r}; leave out_dir as it is"
         )

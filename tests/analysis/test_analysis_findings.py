@@ -12,7 +12,6 @@ import pytest
 
 from rlt.analysis.collect import collect
 from rlt.analysis.findings import (
-    LAPTOP_FINDINGS,
     NOT_TESTABLE,
     REPORT_VAL,
     Cell,
@@ -25,6 +24,7 @@ from rlt.analysis.findings import (
     prerequisite,
     verdict_table,
 )
+from rlt.analysis.laptop_findings import LAPTOP_FINDINGS
 from tests.analysis.analysis_synthetic import (
     PLANTED,
     POLICY_STEPS,

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import rlt.models.recurrence as recurrence
+import rlt.models.layouts as layouts
 from rlt.models.native import native_available
 from rlt.models.rlt import RecurrentLoopedTransformer
 from tests.models.conftest import make_rlt
@@ -56,7 +56,7 @@ def loop(request, monkeypatch):
 def attention_kernel(request, monkeypatch):
     """Run each test with both attention kernels (the head-dim switch picks one by size)."""
     if request.param == "matmul":
-        monkeypatch.setattr(recurrence, "MATMUL_HEAD_DIM", 1)
+        monkeypatch.setattr(layouts, "MATMUL_HEAD_DIM", 1)
     return request.param
 
 

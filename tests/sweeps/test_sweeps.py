@@ -373,3 +373,16 @@ def test_a_second_launch_keeps_the_first_launchs_cells(tmp_path):
     states = {r["cell"]: r["state"] for r in cell_states(sweep)}
     assert states["parity_prefix/rlt1/2+2/seed3"] == "missing"
     assert states["parity_prefix/rlt1/2+2/seed9"] == "done"
+
+
+def test_hydras_basic_sweep_is_the_cross_product_in_order():
+    """basic_sweep is the one use of Hydra's private modules: if Hydra changes how its basic
+    sweeper splits a command, this fails (the grid order and grid.json depend on it)."""
+    from rlt.training.hydra_support import basic_sweep
+
+    assert basic_sweep(["seed=1,2", "task=parity,s5", "split=4+4"]) == [
+        ["seed=1", "task=parity", "split=4+4"],
+        ["seed=1", "task=s5", "split=4+4"],
+        ["seed=2", "task=parity", "split=4+4"],
+        ["seed=2", "task=s5", "split=4+4"],
+    ]

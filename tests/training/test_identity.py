@@ -221,8 +221,10 @@ def test_unwritable_run_directory_gets_one_clear_error(tmp_path):
     # directory does not stop root, which CI runs as).
     blocker = tmp_path / "blocked"
     blocker.write_text("not a directory")
-    with pytest.raises(ConfigError, match="cannot write to the run directory .*root=DIR"):
+    with pytest.raises(ConfigError, match="is a file, not a directory; use root=DIR"):
         run(tiny(blocker))
+    with pytest.raises(ConfigError, match="cannot write to the run directory .*root=DIR"):
+        run(tiny(blocker / "below"))
     assert blocker.read_text() == "not a directory"
 
 

@@ -1,7 +1,7 @@
 // The token loops of the fused decoder recurrence (rlt/models/recurrence.py) in C++.
 //
 // The same ATen operations, in the same order, on the same buffers as the Python token loops
-// of ``_forward`` and ``_backward`` there: only the interpreter between them is gone (and
+// ``_forward_loop`` and ``_backward_loop`` there: only the interpreter between them is gone (and
 // the autograd dispatch, which the fused path never needs). rlt/models/native.py builds this
 // file on first use; tests/models/test_model_native.py holds it equal to the Python loops.
 //
