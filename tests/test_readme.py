@@ -49,3 +49,20 @@ def test_default_experiment_runs_and_extrapolates(tmp_path):
     assert acc[256] >= 0.95, acc
     claimed = re.search(r"(\d+(?:\.\d+)?)% at 256 bits", README)
     assert claimed, "README must state the default experiment's accuracy at 256 bits"
+
+
+def test_the_readmes_links_resolve_in_a_clone():
+    """Every relative link of the README (and of the docs pages) names a file of the repository:
+    a reader of a clone must be able to follow them (issue 31: it once cited a file outside)."""
+    import re
+
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if target.startswith(("http://", "https://", "#", "mailto:")):
+                continue
+            path = (page.parent / target.split("#", 1)[0]).resolve()
+            if not path.exists():
+                broken.append(f"{page.relative_to(REPO)}: {target}")
+    assert not broken, broken
