@@ -127,10 +127,12 @@ def _draw_lengths(ax: plt.Axes, c: Collection, pts: pd.DataFrame, *, log_x: bool
         style = model_style(c.models[label])
         shift = 0.025 * (i - (len(groups) - 1) / 2)
         x = grp["length"] * (2**shift) if log_x else grp["length"] + shift * 4
+        sd = grp["sd"].fillna(0)
+        low, high = (grp["mean"] - sd).clip(lower=0), (grp["mean"] + sd).clip(upper=100)
         ax.errorbar(
             x,
             grp["mean"],
-            yerr=grp["sd"].fillna(0),
+            yerr=[grp["mean"] - low, high - grp["mean"]],
             label=label,
             capsize=2.5,
             lw=1.4,
@@ -177,6 +179,16 @@ def length_curves(
     return results
 
 
+def _seeds_note(c: Collection, row: str) -> str:
+    """ "n=3 seeds, preset laptop" for a figure's title: seeds per model (a range when they
+    differ) and the preset(s) of the runs drawn."""
+    runs = c.used[c.used["row"] == row]
+    counts = sorted(set(runs.groupby("label")["seed"].nunique()))
+    n = "?" if not counts else str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    presets = ", ".join(sorted(set(runs["preset"].dropna())))
+    return f"n={n} seeds, preset {presets}"
+
+
 def _draw_row(
     ax: plt.Axes, c: Collection, row: str, pts: pd.DataFrame, metric: str, policy: str
 ) -> None:
@@ -185,20 +197,41 @@ def _draw_row(
     _length_axis(ax, pts["length"].tolist(), c.row_task(row))
     ax.set_ylabel(f"test {metric} (%)")
     ax.set_ylim(-3, 103)
-    ax.set_title(f"{row} ({policy})" if policy != "min_val_loss" else row)
+    ax.set_title(f"{row} ({_seeds_note(c, row)}, {policy} checkpoint)")
     ax.grid(True, alpha=0.3)
 
 
 def curve_points(
     c: Collection, frame: pd.DataFrame, row: str, metric: str, scale: float = 1.0
 ) -> pd.DataFrame:
-    """Mean and SD over seeds per model and step (validation or training curves)."""
+    """Mean and SD over seeds per model and step (validation or training curves). A run that
+    stopped before the others of its model (early stopping) keeps its last value at the later
+    steps, so the mean never jumps when a seed stops; ``n`` counts the seeds that ran there."""
     f = frame[(frame["row"] == row) & (frame["metric"] == metric)]
+    ran = f.groupby(["label", "step"])["run_id"].nunique().rename("n_ran")
+    f = _carry_forward(f)
     stats = seed_stats(f.assign(value=f["value"] * scale), ["label", "step"])
+    stats = stats.merge(ran.reset_index(), on=["label", "step"], how="left")
     stats.insert(0, "row", row)
     order = {lab: i for i, lab in enumerate(c.labels)}
     stats["_o"] = stats["label"].map(order)
     return stats.sort_values(["_o", "step"]).drop(columns="_o").reset_index(drop=True)
+
+
+def _carry_forward(f: pd.DataFrame) -> pd.DataFrame:
+    """Each run's last value repeated at its model's later steps (the run had stopped)."""
+    if f.empty:
+        return f
+    last_step = f.groupby("label")["step"].max()
+    extra = []
+    for _, run in f.groupby("run_id"):
+        end = run.loc[run["step"].idxmax()]
+        steps = sorted(
+            s for s in f.loc[f["label"] == end["label"], "step"].unique() if s > end["step"]
+        )
+        if steps and end["step"] < last_step[end["label"]]:
+            extra.append(pd.DataFrame([{**end.to_dict(), "step": s} for s in steps]))
+    return pd.concat([f, *extra], ignore_index=True) if extra else f
 
 
 def _curves(
@@ -228,10 +261,11 @@ def _curves(
             style = model_style(c.models[label])
             ax.plot(grp["step"], grp["mean"], label=label, color=style["color"], lw=1.4)
             sd = grp["sd"].fillna(0)
+            top = 100.0 if scale == 100 else float("inf")
             ax.fill_between(
                 grp["step"],
-                grp["mean"] - sd,
-                grp["mean"] + sd,
+                (grp["mean"] - sd).clip(lower=0),
+                (grp["mean"] + sd).clip(upper=top),
                 color=style["color"],
                 alpha=0.18,
                 lw=0,
@@ -242,7 +276,7 @@ def _curves(
             ax.set_ylim(-3, 103)
         ax.set_xlabel("optimizer step")
         ax.set_ylabel(ylabel)
-        ax.set_title(row)
+        ax.set_title(f"{row} ({_seeds_note(c, row)})")
         ax.grid(True, alpha=0.3)
         results.append(_finish(fig, [ax], out, f"{prefix}_{_slug(row)}", formats, pts))
     return results
@@ -436,7 +470,7 @@ def schedule_figures(
         ax.set_xlabel("training time per run (minutes, mean over seeds)")
         length = pts["length"].iloc[0]
         ax.set_ylabel(f"test {metric} (%) at length {length}")
-        ax.set_title(f"{row} ({policy})" if policy != "min_val_loss" else row)
+        ax.set_title(f"{row} ({_seeds_note(c, row)}, {policy} checkpoint)")
         ax.grid(True, alpha=0.3)
         results.append(_finish(fig, [ax], out, f"schedule_{_slug(row)}", formats, pts))
     return results

@@ -120,14 +120,17 @@ def scaled_accuracy_table(
     hi: int = 256,
 ) -> Table:
     """Scaled accuracy as the state-tracking literature reports it (Grazzi et al., ICLR 2025):
-    per run, (acc - chance) / (1 - chance) averaged over the tested lengths in [lo, hi]; then
-    mean ± SD over seeds, with the best seed (the literature reports the best of 3) in brackets.
-    Shown x 100 (0.971 in a paper is 97.10 here). Runs without a chance level are left out."""
+    per run, (acc - chance) / (1 - chance) averaged over the tested lengths in [lo, hi] that are
+    strictly beyond the run's longest training length; then mean ± SD over seeds, with the best
+    seed (the literature reports the best of 3) in brackets. Shown x 100 (0.971 in a paper is
+    97.10 here). Runs without a chance level are left out."""
+    longest = c.runs.set_index("run_id")["train_len_max"]
     t = c.test[
         (c.test["policy"] == policy)
         & (c.test["metric"] == metric)
         & c.test["length"].between(lo, hi)
     ]
+    t = t[t["length"] > t["run_id"].map(longest).fillna(0)]
     chance = c.runs.set_index("run_id")["chance"]
     t = t.assign(chance=t["run_id"].map(chance)).dropna(subset=["chance"])
     t = t[t["chance"] < 1]
@@ -145,8 +148,9 @@ def scaled_accuracy_table(
         per_run.assign(column=per_run["label"]),
         c=c,
         name=f"scaled_{metric}_{policy}",
-        title=f"Scaled {metric} x 100, (acc - chance) / (1 - chance) averaged over test lengths "
-        f"{lo}-{hi}, checkpoint policy {policy}: mean ± SD over seeds [best seed]",
+        title=f"Scaled {metric} x 100, (acc - chance) / (1 - chance) averaged over the test "
+        f"lengths in {lo}-{hi} beyond training, checkpoint policy {policy}: mean ± SD over seeds "
+        "[best seed]",
         rows=[row for row in c.rows if lengths[row]],
         columns=c.labels,
         row_display=display,

@@ -78,3 +78,26 @@ def test_training_loss_is_the_seed_mean(figs) -> None:
     got = pts[(pts["label"] == "RLT-0 4+4") & (pts["step"] == 100)]["mean"].iloc[0]
     assert got == pytest.approx(expect)
     assert isinstance(pts, pd.DataFrame)
+
+
+def test_an_early_stopped_seed_does_not_pull_a_curve_down(tmp_path) -> None:
+    """Issue 31: a seed that stopped early (at 100%) left the later steps averaged over the
+    other seeds only, so the curve fell; its last value now carries forward, and n_ran says
+    how many seeds ran there."""
+    import json
+
+    from rlt.analysis.figures import curve_points
+    from tests.analysis.analysis_synthetic import make_sweep
+
+    sweep = make_sweep(tmp_path / "s", holes=False)
+    path = sweep / "parity" / "rlt1" / "4+4" / "seed42" / "results.json"
+    res = json.loads(path.read_text())
+    res["val_curve"] = [dict(r, acc=1.0) for r in res["val_curve"] if r["step"] <= 200]
+    path.write_text(json.dumps(res))
+    c = collect([sweep])
+    pts = curve_points(c, c.val, "parity", "acc", 100).set_index(["label", "step"])
+    late = pts.loc[("RLT-1 4+4", 500)]
+    assert late["n"] == 3 and late["n_ran"] == 2
+    others = c.val[(c.val["label"] == "RLT-1 4+4") & (c.val["step"] == 500)]
+    others = others[(others["metric"] == "acc") & (others["row"] == "parity")]["value"]
+    assert late["mean"] == pytest.approx((100 + 100 * others.sum()) / 3)
