@@ -22,7 +22,7 @@ import pandas as pd  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
 from rlt.analysis.collect import Collection  # noqa: E402
-from rlt.analysis.labels import LENGTH_UNITS, model_style  # noqa: E402
+from rlt.analysis.labels import length_unit, model_style  # noqa: E402
 from rlt.analysis.schedule_view import has_schedules, schedule_table  # noqa: E402
 from rlt.analysis.table_core import Lengths, Table, seed_stats  # noqa: E402
 
@@ -79,7 +79,7 @@ def _length_axis(ax: plt.Axes, lengths: Sequence[float], task: str) -> None:
         ax.xaxis.set_major_locator(ticker.FixedLocator(ticks))
         ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_locator(ticker.NullLocator())
-    unit = LENGTH_UNITS.get(task)
+    unit = length_unit(task)
     ax.set_xlabel(f"test length ({unit})" if unit else "test length")
 
 

@@ -9,31 +9,33 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-# Report order of the tasks (Table 1); tasks we do not know come after, alphabetically.
-TASK_ORDER = (
-    "addition",
-    "parity",
-    "parity_3to16",
-    "mod5_flat",
-    "mod5_flat_3to15",
-    "mod5_brackets",
-    "mod5_brackets_3to16",
-    "s5_swaps",
-    "s5",
-)
+# Report order of the tasks (Table 1); a task variant (parity_3to16, parity_prefix, ...) sorts
+# right after its task, and tasks we do not know come after, alphabetically.
+TASK_ORDER = ("addition", "parity", "mod5_flat", "mod5_brackets", "s5_swaps", "s5")
 
-# What one unit of "length" counts, per task (SPEC section 3), for axis labels.
+# What one unit of "length" counts, per task (SPEC section 3), for axis labels; a variant
+# counts as its task.
 LENGTH_UNITS = {
     "addition": "digits per operand",
     "parity": "bits",
-    "parity_3to16": "bits",
     "mod5_flat": "symbols",
-    "mod5_flat_3to15": "symbols",
     "mod5_brackets": "characters",
-    "mod5_brackets_3to16": "characters",
     "s5": "operations",
     "s5_swaps": "operations",
 }
+
+
+def base_task(task: str) -> str | None:
+    """The report's task a task name belongs to: itself, or the longest known task it extends
+    with "_<variant>" (parity_3to16 -> parity, s5_swaps -> s5_swaps); None for others."""
+    known = [t for t in TASK_ORDER if task == t or task.startswith(t + "_")]
+    return max(known, key=len) if known else None
+
+
+def length_unit(task: str) -> str | None:
+    base = base_task(task)
+    return LENGTH_UNITS.get(base) if base else None
+
 
 # The one order of model variants in every table and legend (columns, rows, the feedback and
 # schedule views): the report's models first, then the baselines beyond it.
@@ -206,7 +208,10 @@ def _baseline_variant(model: str, family: str | None) -> str | None:
 
 
 def task_sort_key(task: str) -> tuple:
-    return (TASK_ORDER.index(task), "") if task in TASK_ORDER else (len(TASK_ORDER), task)
+    base = base_task(task)
+    if base is None:
+        return (len(TASK_ORDER), task)
+    return (TASK_ORDER.index(base), "" if task == base else task)
 
 
 _CMAPS = {

@@ -101,3 +101,17 @@ def test_an_early_stopped_seed_does_not_pull_a_curve_down(tmp_path) -> None:
     others = c.val[(c.val["label"] == "RLT-1 4+4") & (c.val["step"] == 500)]
     others = others[(others["metric"] == "acc") & (others["row"] == "parity")]["value"]
     assert late["mean"] == pytest.approx((100 + 100 * others.sum()) / 3)
+
+
+def test_task_variants_sort_and_label_as_their_task() -> None:
+    """Issue 31: parity_prefix (the default task) had no place in the task order and no axis
+    unit; a variant now takes its task's (parity_3to16 -> parity), unknown tasks come last."""
+    from rlt.analysis.labels import length_unit, task_sort_key
+
+    tasks = ["s5", "parity_prefix", "zzz", "s5_swaps", "parity", "addition", "mod5_flat_3to15"]
+    assert sorted(tasks, key=task_sort_key) == [
+        "addition", "parity", "parity_prefix", "mod5_flat_3to15", "s5_swaps", "s5", "zzz",
+    ]  # fmt: skip
+    assert [length_unit(t) for t in ("parity_prefix", "s5_swaps", "zzz")] == [
+        "bits", "operations", None,
+    ]  # fmt: skip
