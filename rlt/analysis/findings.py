@@ -380,6 +380,9 @@ def _judge_finding(f: Finding, stat: _Cells) -> tuple[str, str, str, str]:
         verdicts.append((NOT_TESTABLE, why) if why else judge(clause, a, b, chance))
         meeting.append(f"{clause.a.name()}: {seeds_meeting(clause, a, b, chance)}")
     verdict, reason = combine(verdicts)
+    if len({v for v, _ in verdicts}) > 1:  # say what every clause found, the deciding ones first
+        ranked = sorted(verdicts, key=lambda vr: vr[0] != verdict)
+        reason = "; ".join(dict.fromkeys(f"{v}: {r}" for v, r in ranked))
     cells = dict.fromkeys(x for cl in f.clauses for x in (cl.a, cl.b) if x is not None)
     ours = "; ".join(f"{x.task} {x.name()}: {_fmt(stat(x))}" for x in cells if stat.in_grid(x))
     return verdict, reason, ours or "not run", "; ".join(meeting)
