@@ -264,30 +264,17 @@ def format_probe(block: dict[str, Any]) -> str:
 def probe_run_dir(run_dir: Path, policy: str = "min_val_loss") -> dict[str, Any]:
     """Rebuild a finished run's model from its config.yaml, load the ``policy`` checkpoint and
     probe it at the run's test lengths."""
-    from omegaconf import OmegaConf
+    from rlt.training.kept import load_kept
 
-    from rlt import rundir
-    from rlt.models.build import build_model
-    from rlt.training.callbacks import load_weights
-    from rlt.training.spec import model_config, prepare
-
-    config = run_dir / rundir.CONFIG
-    ckpt = run_dir / rundir.CKPT_DIR / f"{policy}.pt"
-    for path, what in ((config, "its config.yaml"), (ckpt, f"the {policy} checkpoint")):
-        if not path.is_file():
-            raise FileNotFoundError(f"{run_dir} lacks {what} ({path}): probe a run that kept it")
-    cfg = OmegaConf.load(config)
-    spec = prepare(cfg, on_this_machine=True)
-    if not has_target(spec.task):
-        raise ValueError(f"task {spec.task.name!r} has no running target (probe tasks: {REQUIRED})")
-    _, config_cls, _ = model_config(cfg)
-    model = build_model(config_cls(**spec.model_kwargs))
-    state = load_weights(ckpt)
-    model.load_state_dict(state["state_dict"])
-    if spec.family == "rlt" and state.get("feedback_interval"):
-        model.feedback_interval = state["feedback_interval"]
-    block = probe_model(model, spec.task, spec.test_lengths, n_test=cfg.scale.n_test)
-    return {"policy": policy, "step": int(state["step"]), **block}
+    kept = load_kept(run_dir, policy)
+    if not has_target(kept.spec.task):
+        raise ValueError(
+            f"task {kept.spec.task.name!r} has no running target (probe tasks: {REQUIRED})"
+        )
+    block = probe_model(
+        kept.model, kept.spec.task, kept.spec.test_lengths, n_test=kept.spec.cfg.scale.n_test
+    )
+    return {"policy": policy, "step": kept.step, **block}
 
 
 def main(argv: list[str] | None = None) -> int:

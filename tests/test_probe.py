@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -188,3 +189,38 @@ def test_tables_and_figures_show_the_probe(tmp_path):
     assert figures[0].paths[0].stat().st_size > 10_000
     drawn = figures[0].data[figures[0].data["panel"] == "parity"]
     assert set(drawn["label"]) == set(c.labels)
+
+
+def test_eval_scores_a_kept_checkpoint_at_new_lengths_and_the_tables_read_it(tmp_path):
+    """Issue 31: eval.py on a finished tiny run at new lengths writes eval_min_val_loss.json,
+    leaves results.json byte-identical, and the length table gains the new length; a key it
+    does not take is refused."""
+    from rlt.analysis.collect import collect
+    from rlt.analysis.tables import length_table
+    from rlt.training.run import run
+
+    out = run(compose_cfg(["experiment=tiny", f"root={tmp_path}", "print_table=false"]))
+    run_dir = Path(out["run_dir"])
+    before = (run_dir / "results.json").read_bytes()
+    proc = subprocess.run(
+        [sys.executable, "eval.py", str(run_dir), "task.test_lengths=[20,300]"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (run_dir / "results.json").read_bytes() == before
+    scored = json.loads((run_dir / "eval_min_val_loss.json").read_text())
+    assert {r["length"] for r in scored["rows"]} == {20, 300}
+    assert scored["step"] == json.loads(before)["selection"]["step"]
+    table = length_table(collect([tmp_path / "tiny"]))
+    assert "parity_prefix / 300" in set(table.data["row"])
+    refused = subprocess.run(
+        [sys.executable, "eval.py", str(run_dir), "scale.lr=1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert refused.returncode == 2 and "eval.py takes" in refused.stderr

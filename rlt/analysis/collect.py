@@ -30,6 +30,7 @@ import pandas as pd
 
 from rlt.analysis.expected import expected_cells
 from rlt.analysis.labels import ModelKey, model_key, task_sort_key
+from rlt.analysis.rows import curve_rows, eval_rows, probe_rows, test_rows
 from rlt.rundir import (
     GRID_FILES,
     RESULTS,
@@ -44,8 +45,6 @@ SCHEMA_VERSION = 1
 # Columns that identify a run in every long frame, so any frame can be grouped on its own.
 KEYS = ["run_id", "row", "task", "preset", "label", "seed"]
 
-# Numbers in curve points that describe the evaluation rather than measure the model.
-_NOT_METRICS = {"step", "feedback_interval", "epoch"}
 
 
 class NoResultsError(FileNotFoundError):
@@ -292,11 +291,13 @@ def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, l
         )
     rec.update(_result_fields(results, rec))
     rid = rec["run_id"]
-    val = _curve_rows(rid, results.get("val_curve"))
-    train = _curve_rows(rid, results.get("train_curve"))
+    val = curve_rows(rid, results.get("val_curve"))
+    train = curve_rows(rid, results.get("train_curve"))
     if val:
         rec["step"] = max(r["step"] for r in val)
-    return rec, val, train, _test_rows(rid, results), _probe_rows(rid, results), warnings
+    test = test_rows(rid, results)
+    test += eval_rows(rid, run_dir, {(r["policy"], r["length"]) for r in test})
+    return rec, val, train, test, probe_rows(rid, results), warnings
 
 
 def _read_status(run_dir: Path, rec: dict[str, Any]) -> dict | None:
@@ -349,69 +350,6 @@ def _result_fields(results: dict, rec: dict[str, Any]) -> dict[str, Any]:
     fields["seed"] = None if seed is None else int(seed)
     fields["split"] = None if split is None else str(split)
     return fields
-
-
-def _probe_rows(rid: str, results: dict) -> list[dict]:
-    """The state probe of the selected checkpoint (results.json "probe", rlt/probe.py): one row
-    per (target, position bucket) with the probe accuracy as a fraction, and target "rms" with
-    the representation's RMS norm per bucket."""
-    block = results.get("probe") or {}
-    rows = [
-        {"run_id": rid, "target": name, "bucket": b, "value": float(v) / 100}
-        for name, t in (block.get("targets") or {}).items()
-        for b, v in (t.get("by_bucket") or {}).items()
-        if _is_number(v)
-    ]
-    rms = (block.get("rms") or {}).get("by_bucket") or {}
-    return rows + [
-        {"run_id": rid, "target": "rms", "bucket": b, "value": float(v)}
-        for b, v in rms.items()
-        if _is_number(v)
-    ]
-
-
-def _test_rows(rid: str, results: dict) -> list[dict]:
-    """One row per (policy, length, metric) test value; results without per-policy blocks
-    (older schema) count their `test` rows as the min_val_loss policy."""
-    by_policy = dict(results.get("test_by_policy") or {})
-    if "min_val_loss" not in by_policy and results.get("test"):
-        step = (results.get("selection") or {}).get("step")
-        by_policy["min_val_loss"] = {"step": step, "rows": results["test"]}
-    return [
-        {
-            "run_id": rid,
-            "policy": policy,
-            "policy_step": block.get("step"),
-            "length": int(r["length"]),
-            "metric": str(r.get("metric", "acc")),
-            "value": float(r["value"]),
-        }
-        for policy, block in by_policy.items()
-        for r in (block or {}).get("rows") or []
-        if _is_number(r.get("value")) and r.get("length") is not None
-    ]
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _curve_rows(run_id: str, curve: list | None) -> list[dict]:
-    rows = []
-    for point in curve or []:
-        if not isinstance(point, dict) or point.get("step") is None:
-            continue
-        for metric, value in point.items():
-            if metric not in _NOT_METRICS and _is_number(value):
-                rows.append(
-                    {
-                        "run_id": run_id,
-                        "step": int(point["step"]),
-                        "metric": metric,
-                        "value": float(value),
-                    }
-                )
-    return rows
 
 
 def _fill_presets(runs: pd.DataFrame, sweep_dirs: list[Path]) -> None:

@@ -1,0 +1,105 @@
+"""The long-format rows one run contributes to a Collection (rlt.analysis.collect): its
+validation and training curves, its test rows (results.json per checkpoint policy, plus the
+lengths ``eval.py`` scored later) and its state probe."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+# Numbers in curve points that describe the evaluation rather than measure the model.
+_NOT_METRICS = {"step", "feedback_interval", "epoch"}
+
+
+def probe_rows(rid: str, results: dict) -> list[dict]:
+    """The state probe of the selected checkpoint (results.json "probe", rlt/probe.py): one row
+    per (target, position bucket) with the probe accuracy as a fraction, and target "rms" with
+    the representation's RMS norm per bucket."""
+    block = results.get("probe") or {}
+    rows = [
+        {"run_id": rid, "target": name, "bucket": b, "value": float(v) / 100}
+        for name, t in (block.get("targets") or {}).items()
+        for b, v in (t.get("by_bucket") or {}).items()
+        if is_number(v)
+    ]
+    rms = (block.get("rms") or {}).get("by_bucket") or {}
+    return rows + [
+        {"run_id": rid, "target": "rms", "bucket": b, "value": float(v)}
+        for b, v in rms.items()
+        if is_number(v)
+    ]
+
+
+def eval_rows(rid: str, run_dir: Path, known: set[tuple[str, int]]) -> list[dict]:
+    """Test rows that ``eval.py`` scored after training (``eval_<policy>.json``), at lengths the
+    run's results.json does not hold for that policy."""
+    rows = []
+    for path in sorted(run_dir.glob("eval_*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        policy, step = str(data.get("policy")), data.get("step")
+        for r in data.get("rows") or []:
+            length = r.get("length")
+            if (policy, length) in known or length is None or not is_number(r.get("value")):
+                continue
+            rows.append(
+                {
+                    "run_id": rid,
+                    "policy": policy,
+                    "policy_step": step,
+                    "length": int(length),
+                    "metric": str(r.get("metric", "acc")),
+                    "value": float(r["value"]),
+                }
+            )
+    return rows
+
+
+def test_rows(rid: str, results: dict) -> list[dict]:
+    """One row per (policy, length, metric) test value; results without per-policy blocks
+    (older schema) count their `test` rows as the min_val_loss policy."""
+    by_policy = dict(results.get("test_by_policy") or {})
+    if "min_val_loss" not in by_policy and results.get("test"):
+        step = (results.get("selection") or {}).get("step")
+        by_policy["min_val_loss"] = {"step": step, "rows": results["test"]}
+    return [
+        {
+            "run_id": rid,
+            "policy": policy,
+            "policy_step": block.get("step"),
+            "length": int(r["length"]),
+            "metric": str(r.get("metric", "acc")),
+            "value": float(r["value"]),
+        }
+        for policy, block in by_policy.items()
+        for r in (block or {}).get("rows") or []
+        if is_number(r.get("value")) and r.get("length") is not None
+    ]
+
+
+def is_number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def curve_rows(run_id: str, curve: list | None) -> list[dict]:
+    rows = []
+    for point in curve or []:
+        if not isinstance(point, dict) or point.get("step") is None:
+            continue
+        for metric, value in point.items():
+            if metric not in _NOT_METRICS and is_number(value):
+                rows.append(
+                    {
+                        "run_id": run_id,
+                        "step": int(point["step"]),
+                        "metric": metric,
+                        "value": float(value),
+                    }
+                )
+    return rows
