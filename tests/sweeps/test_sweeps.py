@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -22,6 +23,29 @@ CELLS = [
     for split in ("1+1", "2+0")
     for seed in (42, 43)
 ]
+
+
+@functools.cache
+def preset_cells(sweep: str):
+    """(jobs, distinct cells, scale preset, composed configs) of ``sweep=<name>``, composed once
+    per test session. A cell is task/model/arch/seed<seed> and the seed changes no other part of
+    it, so each job is composed without its seed (a grid over 3 seeds composes a third of its
+    jobs); the configs are those seed-less compositions."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[f"sweep={sweep}"], return_hydra_config=True)
+        cfg.hydra.overrides.task = [f"sweep={sweep}"]
+        jobs = expand_jobs(cfg)
+        composed: dict[tuple[str, ...], object] = {}
+        cells = set()
+        for job in jobs:
+            rest = tuple(o for o in job if not o.startswith("seed="))
+            seed = next((o.split("=", 1)[1] for o in job if o.startswith("seed=")), cfg.seed)
+            if rest not in composed:
+                composed[rest] = compose("config", overrides=list(rest))
+            cells.add(f"{composed[rest].cell.rsplit('/seed', 1)[0]}/seed{seed}")
+        return jobs, frozenset(cells), str(cfg.scale.name), list(composed.values())
 
 
 def train(*args: str, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -181,13 +205,7 @@ def test_submitit_local_executor(tmp_path):
     ],
 )
 def test_presets_have_their_documented_cell_counts(sweep, distinct, jobs):
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[f"sweep={sweep}"], return_hydra_config=True)
-        cfg.hydra.overrides.task = [f"sweep={sweep}"]
-        job_list = expand_jobs(cfg)
-        cells = {compose("config", overrides=job).cell for job in job_list}
+    job_list, cells, _, _ = preset_cells(sweep)
     assert len(job_list) == jobs
     assert len(cells) == distinct
 
@@ -221,16 +239,8 @@ def test_user_grid_command_expands_to_twelve_runs():
 @pytest.mark.slow
 @pytest.mark.parametrize("full", ["main", "feedback", "parity16"])
 def test_small_presets_have_the_cells_of_their_full_preset(full):
-    from hydra import compose, initialize_config_dir
-
-    def cells(sweep: str) -> tuple[set[str], str]:
-        cfg = compose("config", overrides=[f"sweep={sweep}"], return_hydra_config=True)
-        cfg.hydra.overrides.task = [f"sweep={sweep}"]
-        return {compose("config", overrides=job).cell for job in expand_jobs(cfg)}, cfg.scale.name
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        full_cells, full_scale = cells(full)
-        small_cells, small_scale = cells(f"{full}_small")
+    _, full_cells, full_scale, _ = preset_cells(full)
+    _, small_cells, small_scale, _ = preset_cells(f"{full}_small")
     assert small_cells == full_cells and len(full_cells) > 0
     assert (full_scale, small_scale) == ("paper", "small")
 
@@ -275,13 +285,8 @@ def test_hydra_run_dir_moves_a_single_run(tmp_path):
 def test_laptop_preset_holds_the_issue_cells_seed_major():
     """sweep=laptop (issue 20): every task's models as the issue lists them, seeds 42-44, every
     cell of seed 42 before any of seed 43."""
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=["sweep=laptop"], return_hydra_config=True)
-        cfg.hydra.overrides.task = ["sweep=laptop"]
-        jobs = [compose("config", overrides=job) for job in expand_jobs(cfg)]
-    cells = {(c.task.name, c.model.label, c.model.arch_tag) for c in jobs}
+    job_list, _, _, configs = preset_cells("laptop")
+    cells = {(c.task.name, c.model.label, c.model.arch_tag) for c in configs}
     expected = {
         ("parity_3to16", "RLT-1", "1+1"),
         ("parity_3to16", "RLT-2 B=4", "1+1"),
@@ -322,12 +327,12 @@ def test_laptop_preset_holds_the_issue_cells_seed_major():
         ),
     }
     assert len(expected) == 37
-    assert cells == expected and len(jobs) == 3 * len(expected)
-    seeds = [c.seed for c in jobs]
+    assert cells == expected and len(job_list) == 3 * len(expected)
+    seeds = [int(next(o for o in job if o.startswith("seed="))[5:]) for job in job_list]
     assert seeds == sorted(seeds) and set(seeds) == {42, 43, 44}
-    assert {c.scale.name for c in jobs} == {"laptop"}
+    assert {c.scale.name for c in configs} == {"laptop"}
     # The report's fixed step count: no early stop in a preset that feeds a verdict (issue 28).
-    assert all(c.callbacks.early_stop.val_acc is None for c in jobs)
+    assert all(c.callbacks.early_stop.val_acc is None for c in configs)
 
 
 @pytest.mark.slow
