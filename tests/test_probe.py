@@ -202,13 +202,12 @@ def test_eval_scores_a_kept_checkpoint_at_new_lengths_and_the_tables_read_it(tmp
     out = run(compose_cfg(["experiment=tiny", f"root={tmp_path}", "print_table=false"]))
     run_dir = Path(out["run_dir"])
     before = (run_dir / "results.json").read_bytes()
-    proc = subprocess.run(
-        [sys.executable, "eval.py", str(run_dir), "task.test_lengths=[20,300]"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+
+    def eval_py(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "eval.py", str(run_dir), *args]
+        return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+
+    proc = eval_py("task.test_lengths=[20,300]")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (run_dir / "results.json").read_bytes() == before
     scored = json.loads((run_dir / "eval_min_val_loss.json").read_text())
@@ -216,11 +215,5 @@ def test_eval_scores_a_kept_checkpoint_at_new_lengths_and_the_tables_read_it(tmp
     assert scored["step"] == json.loads(before)["selection"]["step"]
     table = length_table(collect([tmp_path / "tiny"]))
     assert "parity_prefix / 300" in set(table.data["row"])
-    refused = subprocess.run(
-        [sys.executable, "eval.py", str(run_dir), "scale.lr=1"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    refused = eval_py("scale.lr=1")
     assert refused.returncode == 2 and "eval.py takes" in refused.stderr
