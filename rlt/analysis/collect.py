@@ -46,7 +46,6 @@ SCHEMA_VERSION = 1
 KEYS = ["run_id", "row", "task", "preset", "label", "seed"]
 
 
-
 class NoResultsError(FileNotFoundError):
     """No completed run under the given paths; the message says what to do about it."""
 
@@ -297,7 +296,7 @@ def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, l
         rec["step"] = max(r["step"] for r in val)
     test = test_rows(rid, results)
     test += eval_rows(rid, run_dir, {(r["policy"], r["length"]) for r in test})
-    return rec, val, train, test, probe_rows(rid, results), warnings
+    return rec, val, train, test, probe_rows(rid, results, run_dir), warnings
 
 
 def _read_status(run_dir: Path, rec: dict[str, Any]) -> dict | None:

@@ -13,11 +13,17 @@ from typing import Any
 _NOT_METRICS = {"step", "feedback_interval", "epoch"}
 
 
-def probe_rows(rid: str, results: dict) -> list[dict]:
-    """The state probe of the selected checkpoint (results.json "probe", rlt/probe.py): one row
-    per (target, position bucket) with the probe accuracy as a fraction, and target "rms" with
-    the representation's RMS norm per bucket."""
+def probe_rows(rid: str, results: dict, run_dir: Path | None = None) -> list[dict]:
+    """The state probe of the selected checkpoint (results.json "probe", rlt/probe.py; for a run
+    trained before the probe existed, the ``probe.json`` that ``python -m rlt.probe`` wrote
+    beside it): one row per (target, position bucket) with the probe accuracy as a fraction, and
+    target "rms" with the representation's RMS norm per bucket."""
     block = results.get("probe") or {}
+    if not block and run_dir is not None and (run_dir / "probe.json").is_file():
+        try:
+            block = json.loads((run_dir / "probe.json").read_text())
+        except (OSError, ValueError):
+            block = {}
     rows = [
         {"run_id": rid, "target": name, "bucket": b, "value": float(v) / 100}
         for name, t in (block.get("targets") or {}).items()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RUNS = HERE / "runs"
-FILES = ("results.json", "config.yaml", "status.json", "csv/metrics.csv")
+FILES = ("results.json", "probe.json", "config.yaml", "status.json", "csv/metrics.csv")
 # The study's cells (task/model/arch), as the issue lists them.
 CELLS = (
     "parity_3to16/rlt1/1+1",
@@ -59,11 +59,22 @@ def gather(roots: list[Path]) -> None:
                     print(f"{kind}: {cell}/{run.name} from {root}")
 
 
+def _probe(run: Path) -> dict | None:
+    """The run's probe: in results.json, or in the probe.json ``python -m rlt.probe`` wrote
+    beside a run trained before the probe existed."""
+    res = json.loads((run / "results.json").read_text())
+    if "probe" in res:
+        return res["probe"]
+    return json.loads((run / "probe.json").read_text()) if (run / "probe.json").is_file() else None
+
+
 def _runs(kind: str) -> list[tuple[str, dict]]:
-    return [
-        (str(p.parent.relative_to(RUNS / kind)), json.loads(p.read_text()))
-        for p in sorted((RUNS / kind).rglob("results.json"))
-    ]
+    out = []
+    for path in sorted((RUNS / kind).rglob("results.json")):
+        res = json.loads(path.read_text())
+        res["probe"] = _probe(path.parent)
+        out.append((str(path.parent.relative_to(RUNS / kind)), res))
+    return out
 
 
 def _acc_at(res: dict, length: int) -> float | None:
