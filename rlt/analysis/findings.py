@@ -378,7 +378,8 @@ def _judge_finding(f: Finding, stat: _Cells) -> tuple[str, str, str, str]:
         chance = stat.chance.get(clause.a.task, 0.0)
         why = prerequisite(clause, {x: stat.learned(x) for x in cells})
         verdicts.append((NOT_TESTABLE, why) if why else judge(clause, a, b, chance))
-        meeting.append(f"{clause.a.name()}: {seeds_meeting(clause, a, b, chance)}")
+        what = f"{clause.kind} {clause.b.column}" if clause.b else clause.kind
+        meeting.append(f"{clause.a.name()} {what}: {seeds_meeting(clause, a, b, chance)}")
     verdict, reason = combine(verdicts)
     if len({v for v, _ in verdicts}) > 1:  # say what every clause found, the deciding ones first
         ranked = sorted(verdicts, key=lambda vr: vr[0] != verdict)

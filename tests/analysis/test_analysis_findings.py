@@ -111,7 +111,7 @@ def test_the_verdict_table_reads_the_tables_numbers(tmp_path):
     ours = table.display.loc["X1"].filter(like="ours").iloc[0]
     assert f"{statistics.mean(planted):.2f} ± {statistics.stdev(planted):.2f} (n=3)" in ours
     assert table.data.loc[0, "reason"] == "RLT-1 4+4 @256 below 99%"
-    assert table.data.loc[0, "seeds"] == "RLT-1 4+4 @256: 0/3"  # 17.58, 19.53, 98.96 < 99
+    assert table.data.loc[0, "seeds"] == "RLT-1 4+4 @256 exact: 0/3"  # 17.58, 19.53, 98.96 < 99
     assert table.data.loc[1, "reason"] == "LSTM 2 @256 not in this budget's grid"
     assert table.display.loc["X2"].filter(like="ours").iloc[0] == "not run"
     hand = _selected_val("parity", "rlt1", "4+4")
