@@ -21,6 +21,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
+plt.rcParams["axes.titlesize"] = 9  # titles carry n, preset and policy: keep them inside
+
 from rlt.analysis.collect import Collection  # noqa: E402
 from rlt.analysis.labels import length_unit, model_style  # noqa: E402
 from rlt.analysis.schedule_view import has_schedules, schedule_table  # noqa: E402
@@ -66,16 +68,23 @@ def _save(fig: plt.Figure, out_dir: Path, name: str, formats: Sequence[str]) -> 
     return paths
 
 
+def _spaced(lengths: Sequence[float], ratio: float = 1.45) -> list[float]:
+    """Tick positions on a log axis whose labels do not collide: from the longest length down,
+    each kept tick at least ``ratio`` times the next one kept (so "40" and "48" or "192" and
+    "256" never print on top of each other); the shortest length is always kept when it fits."""
+    kept: list[float] = []
+    for x in sorted(lengths, reverse=True):
+        if not kept or kept[-1] / x >= ratio:
+            kept.append(x)
+    return sorted(kept)
+
+
 def _length_axis(ax: plt.Axes, lengths: Sequence[float], task: str) -> None:
     """Log scale (base 2) when lengths span a decade or more, with plain-number ticks."""
     lengths = sorted(set(lengths))
     if _is_log(lengths):
         ax.set_xscale("log", base=2)
-        ticks = (
-            lengths
-            if len(lengths) <= 8
-            else [x for x in lengths if x & (x - 1) == 0 or x in (lengths[0], lengths[-1])]
-        )
+        ticks = _spaced(lengths)
         ax.xaxis.set_major_locator(ticker.FixedLocator(ticks))
         ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_locator(ticker.NullLocator())

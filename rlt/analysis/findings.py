@@ -96,6 +96,7 @@ REPORT_VAL = {
 _REPORT_SPLITS = ("4+4", "5+3", "6+2", "7+1", "8+0")
 # Training examples per step of the presets whose verdicts the page shows (batch 64).
 _BATCH = {"laptop": 64, "laptop_long": 64}
+_STEPS = {"laptop": 3000, "laptop_long": 16000}  # their step counts, before any run finished
 
 
 def task_kind(task: str) -> str:
@@ -321,9 +322,9 @@ def budget_label(preset: str, c: Collection) -> tuple[str, str]:
     """(short label, what it means) of a budget: ("3,000 steps", "3,000 steps x 64 = 192,000
     training examples (preset laptop)"), from its runs' step count."""
     steps = c.used["max_steps"].dropna()
-    if steps.empty:
+    if steps.empty and preset not in _STEPS:
         return preset, f"preset {preset}: no finished run yet"
-    n = int(steps.max())
+    n = int(steps.max()) if not steps.empty else _STEPS[preset]
     batch = _BATCH.get(preset)
     examples = f" x {batch} = {n * batch:,} training examples" if batch else ""
     short = f"{n:,} steps" if batch else f"{n:,} steps ({preset})"

@@ -115,3 +115,13 @@ def test_task_variants_sort_and_label_as_their_task() -> None:
     assert [length_unit(t) for t in ("parity_prefix", "s5_swaps", "zzz")] == [
         "bits", "operations", None,
     ]  # fmt: skip
+
+
+def test_log_axis_tick_labels_do_not_collide() -> None:
+    """Issue 31: "192256" printed where two tick labels met; kept ticks are now at least 1.45x
+    apart, the longest length always labelled."""
+    from rlt.analysis.figures import _spaced
+
+    ticks = _spaced([20, 40, 48, 64, 96, 128, 192, 256])
+    assert ticks[-1] == 256 and all(b / a >= 1.45 for a, b in zip(ticks, ticks[1:]))
+    assert _spaced([1, 2, 4, 8]) == [1, 2, 4, 8]
