@@ -46,11 +46,7 @@ def gather(roots: list[Path]) -> None:
                 for run in sorted((root / sweep / cell).glob("seed*")):
                     out = RUNS / kind / cell / run.name
                     res = run / "results.json"
-                    if (
-                        out.exists()
-                        or not res.is_file()
-                        or "probe" not in json.loads(res.read_text())
-                    ):
+                    if out.exists() or not res.is_file() or _probe(run) is None:
                         continue
                     for name in FILES:
                         if (run / name).is_file():
