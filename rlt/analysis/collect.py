@@ -183,9 +183,9 @@ def _sweeps_of(paths: list[Path]) -> list[Path]:
     out: list[Path] = []
     for path in paths:
         has_grid = any((path / g).is_file() for g in GRID_FILES)
-        depths = {len(r.relative_to(path).parts) for r in find_runs(path)}
-        if not has_grid and depths == {5}:
-            out += sorted({path / r.relative_to(path).parts[0] for r in find_runs(path)})
+        parts = [r.relative_to(path).parts for r in find_runs(path)]
+        if not has_grid and parts and all(len(p) == 5 for p in parts):
+            out += sorted({path / p[0] for p in parts})
         else:
             out.append(path)
     return out
