@@ -289,6 +289,7 @@ def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, l
             f"expected {SCHEMA_VERSION}; read as version {SCHEMA_VERSION}"
         )
     rec.update(_result_fields(results, rec))
+    warnings += _load_plugins((results.get("run") or {}).get("plugins"), run_dir)
     rid = rec["run_id"]
     val = curve_rows(rid, results.get("val_curve"))
     train = curve_rows(rid, results.get("train_curve"))
@@ -297,6 +298,26 @@ def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, l
     test = test_rows(rid, results)
     test += eval_rows(rid, run_dir, {(r["policy"], r["length"]) for r in test})
     return rec, val, train, test, probe_rows(rid, results, run_dir), warnings
+
+
+def _load_plugins(names: Any, run_dir: Path) -> list[str]:
+    """Import the plugins a run was trained with (its family's labels and colours live in
+    them, rlt/families.py); one that is not importable here leaves a warning, and the run is
+    labelled by its config's model.label."""
+    from rlt import plugins
+
+    todo = (
+        [str(n) for n in names if str(n) not in _PLUGINS_TRIED] if isinstance(names, list) else []
+    )
+    _PLUGINS_TRIED.update(todo)
+    return [
+        f"{run_dir}: plugin {name!r} does not import here ({type(e).__name__}); run from its "
+        "directory or put it on PYTHONPATH for its family's labels"
+        for name, e in plugins.load(todo)
+    ]
+
+
+_PLUGINS_TRIED: set[str] = set()
 
 
 def _read_status(run_dir: Path, rec: dict[str, Any]) -> dict | None:

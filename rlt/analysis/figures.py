@@ -24,7 +24,7 @@ from matplotlib import ticker  # noqa: E402
 plt.rcParams["axes.titlesize"] = 9  # titles carry n, preset and policy: keep them inside
 
 from rlt.analysis.collect import Collection  # noqa: E402
-from rlt.analysis.labels import length_unit, model_style  # noqa: E402
+from rlt.analysis.labels import length_unit, metric_words, model_style  # noqa: E402
 from rlt.analysis.schedule_view import has_schedules, schedule_table  # noqa: E402
 from rlt.analysis.table_core import Lengths, Table, seed_stats  # noqa: E402
 
@@ -204,7 +204,7 @@ def _draw_row(
     _context(ax, c, row)
     _draw_lengths(ax, c, pts, log_x=_is_log(pts["length"].tolist()))
     _length_axis(ax, pts["length"].tolist(), c.row_task(row))
-    ax.set_ylabel(f"test {metric} (%)")
+    ax.set_ylabel(f"test {metric_words(metric, [c.row_task(row)])} (%)")
     ax.set_ylim(-3, 103)
     ax.set_title(f"{row} ({_seeds_note(c, row)}, {policy} checkpoint)")
     ax.grid(True, alpha=0.3)
@@ -284,7 +284,7 @@ def _curves(
         if scale == 100:
             ax.set_ylim(-3, 103)
         ax.set_xlabel("optimizer step")
-        ax.set_ylabel(ylabel)
+        ax.set_ylabel(ylabel.format(words=metric_words(metric, [c.row_task(row)])))
         ax.set_title(f"{row} ({_seeds_note(c, row)})")
         ax.grid(True, alpha=0.3)
         results.append(_finish(fig, [ax], out, f"{prefix}_{_slug(row)}", formats, pts))
@@ -306,7 +306,7 @@ def val_curves(
         metric=metric,
         scale=100,
         prefix=f"val_{metric}",
-        ylabel=f"validation {metric} (%)",
+        ylabel="validation {words} (%)",
         log_y=False,
         formats=formats,
         chance=True,
@@ -478,7 +478,7 @@ def schedule_figures(
         ax.set_ylim(-3, 103)
         ax.set_xlabel("training time per run (minutes, mean over seeds)")
         length = pts["length"].iloc[0]
-        ax.set_ylabel(f"test {metric} (%) at length {length}")
+        ax.set_ylabel(f"test {metric_words(metric, [c.row_task(row)])} (%) at length {length}")
         ax.set_title(f"{row} ({_seeds_note(c, row)}, {policy} checkpoint)")
         ax.grid(True, alpha=0.3)
         results.append(_finish(fig, [ax], out, f"schedule_{_slug(row)}", formats, pts))

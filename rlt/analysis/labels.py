@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from rlt import families
+
 # Report order of the tasks (Table 1); a task variant (parity_3to16, parity_prefix, ...) sorts
 # right after its task, and tasks we do not know come after, alphabetically.
 TASK_ORDER = ("addition", "parity", "mod5_flat", "mod5_brackets", "s5_swaps", "s5")
@@ -37,28 +39,46 @@ def length_unit(task: str) -> str | None:
     return LENGTH_UNITS.get(base) if base else None
 
 
-# The one order of model variants in every table and legend (columns, rows, the feedback and
-# schedule views): the report's models first, then the baselines beyond it.
-_VARIANT_RANK = {
-    "RLT-1": 0,
-    "RLT-2": 1,
-    "RLT-0": 2,
-    "Transformer": 3,
-    "LSTM": 4,
-    "DeltaNet [-1,1]": 5,
-    "DeltaNet [0,1]": 6,
-    "Gated DeltaNet [-1,1]": 7,
-    "Gated DeltaNet [0,1]": 8,
+# What each metric of results.json measures (rlt/tasks/metrics.py), for titles and axes.
+_METRIC_WORDS = {
+    "token_acc": "token accuracy (every scored position, teacher-forced)",
+    "seq_acc": "whole-sequence accuracy (every scored position right)",
+    "exact": "exact match (greedy generation of the whole answer)",
 }
-# Baselines labelled by depth alone ("Transformer 8", "LSTM 2"): no split, no feedback.
-DEPTH_VARIANTS = (
-    "Transformer",
-    "LSTM",
-    "DeltaNet [-1,1]",
-    "DeltaNet [0,1]",
-    "Gated DeltaNet [-1,1]",
-    "Gated DeltaNet [0,1]",
-)
+
+
+def _acc_mode(task: str) -> str:
+    from rlt.tasks.base import TASKS
+
+    cls = TASKS.get(base_task(task) or task)
+    return cls.acc_mode if cls is not None else "last"
+
+
+def metric_words(metric: str, tasks) -> str:
+    """What ``metric`` means over ``tasks``: ``acc`` is the final-label (final-state) accuracy
+    on most tasks and the teacher-forced token accuracy on addition (its ``acc_mode``)."""
+    if metric != "acc":
+        return _METRIC_WORDS.get(metric, metric)
+    tasks = sorted(set(tasks))
+    by_tokens = [t for t in tasks if _acc_mode(t) == "tokens"]
+    if not by_tokens:
+        return "final-label accuracy"
+    if len(by_tokens) == len(tasks):
+        return "teacher-forced token accuracy"
+    return f"accuracy (final label; {', '.join(by_tokens)}: teacher-forced token accuracy)"
+
+
+# The one order of model variants in every table and legend (columns, rows, the feedback and
+# schedule views), their hues and markers, and which are labelled by depth alone
+# ("Transformer 8", "LSTM 2"): all read from the family table, rlt/families.py.
+DEPTH_VARIANTS = families.DEPTH_LABELS
+
+
+def _variant_rank(variant: str) -> int:
+    labels = [v.label for v in families.variants()]
+    return labels.index(variant) if variant in labels else len(labels)
+
+
 _MODEL_NAME = re.compile(r"^rlt[-_]?([012])(?:[-_]?b(\d+))?", re.IGNORECASE)
 _SPLIT = re.compile(r"^(\d+)\+(\d+)$")
 _LAYERS_TAG = re.compile(r"^L(\d+)$")
@@ -101,7 +121,7 @@ class ModelKey:
     @property
     def rank(self) -> int:
         """The variant's place in the one order of model variants (unknown variants last)."""
-        return _VARIANT_RANK.get(self.variant, len(_VARIANT_RANK))
+        return _variant_rank(self.variant)
 
     @property
     def sort_key(self) -> tuple:
@@ -194,17 +214,9 @@ def _with_custom(key: ModelKey, label: str | None) -> ModelKey:
 
 
 def _baseline_variant(model: str, family: str | None) -> str | None:
-    """The variant of a model known by depth alone (Transformer, LSTM, DeltaNet), else None."""
-    name = model.lower()
-    if family == "transformer" or name.startswith("transformer"):
-        return "Transformer"
-    if family == "lstm" or name.startswith("lstm"):
-        return "LSTM"
-    if name.startswith("gated_deltanet"):
-        return "Gated DeltaNet [0,1]" if name.endswith("01") else "Gated DeltaNet [-1,1]"
-    if family == "deltanet" or name.startswith("deltanet"):
-        return "DeltaNet [0,1]" if name == "deltanet01" else "DeltaNet [-1,1]"
-    return None
+    """The variant of a model known by depth alone (Transformer, LSTM, DeltaNet, a plugin's
+    depth-only family), else None."""
+    return families.depth_variant(model, family)
 
 
 def task_sort_key(task: str) -> tuple:
@@ -214,17 +226,6 @@ def task_sort_key(task: str) -> tuple:
     return (TASK_ORDER.index(base), "" if task == base else task)
 
 
-_CMAPS = {
-    "RLT-1": "Blues",
-    "RLT-2": "Oranges",
-    "RLT-0": "Greens",
-    "Transformer": "Greys",
-    "LSTM": "RdPu",
-    "DeltaNet [-1,1]": "Reds",
-    "DeltaNet [0,1]": "YlOrBr",
-    "Gated DeltaNet [-1,1]": "Purples",
-    "Gated DeltaNet [0,1]": "GnBu",
-}
 _MARKERS = "os^Dv<>p*hX"
 # Feedback schedules (issue 8), by their first chunk size B (bit length mod 4): B=8 purple,
 # B=16 red, B=2 brown, B=4 magenta; hues the fixed-B families (blue, orange, green, grey) lack.
@@ -243,10 +244,11 @@ def model_style(key: ModelKey) -> dict:
 
     if key.schedule:
         return _schedule_style(key)
-    cmap = colormaps[_CMAPS.get(key.variant, "Purples")]
+    variant = families.variant(key.variant) or families.Variant(key.variant)
+    cmap = colormaps[variant.cmap]
     if key.variant in DEPTH_VARIANTS:
         shade = 0.95 if (key.n_layers or 8) <= 8 else 0.65
-        marker = {"Transformer": "x", "LSTM": "+"}.get(key.variant, "*")
+        marker = variant.marker
     else:
         frac = (key.n_dec / key.n_layers) if key.n_dec is not None and key.n_layers else 0.5
         shade = 0.45 + 0.5 * min(frac / 0.5, 1.0)

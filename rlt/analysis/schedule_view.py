@@ -9,7 +9,7 @@ import pandas as pd
 
 from rlt.analysis import render
 from rlt.analysis.collect import Collection
-from rlt.analysis.labels import split_depths_or_none
+from rlt.analysis.labels import metric_words, split_depths_or_none
 from rlt.analysis.run_tables import _sec
 from rlt.analysis.table_core import (
     Lengths,
@@ -162,8 +162,9 @@ def schedule_table(
         pd.concat(values, ignore_index=True) if values else pd.DataFrame(),
         c=c,
         name=f"schedule_{policy}",
-        title=f"Feedback schedule: test {metric} (%) at the longest tested length vs training "
-        f"time, checkpoint policy {policy}, mean ± SD over seeds",
+        title=f"Feedback schedule: test {metric_words(metric, [c.row_task(r) for r in c.rows])} "
+        f"(%) at the longest tested length vs training time, checkpoint policy {policy}, "
+        "mean ± SD over seeds",
         rows=labels,
         columns=columns,
         notes=_schedule_notes(c, labels, policy, metric),

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 
 from rlt.analysis.collect import Collection
-from rlt.analysis.labels import DEPTH_VARIANTS, split_depths_or_none
+from rlt.analysis.labels import DEPTH_VARIANTS, metric_words, split_depths_or_none
 from rlt.analysis.table_core import (
     Lengths,
     Table,
@@ -25,6 +25,11 @@ from rlt.rundir import POLICIES
 # Lengths of the report's feedback-interval table (SPEC section 4); other tasks use their
 # longest tested length.
 FEEDBACK_LENGTHS = {"parity": 64, "s5_swaps": 48, "s5": 32, "mod5_flat": 63, "mod5_brackets": 64}
+
+
+def _words(c: Collection, metric: str) -> str:
+    """The metric as its tables' rows measure it (final-label vs teacher-forced token acc)."""
+    return metric_words(metric, [c.row_task(row) for row in c.rows])
 
 
 def val_table(c: Collection, *, step: int | None = None, metric: str = "acc") -> Table:
@@ -53,7 +58,7 @@ def val_table(c: Collection, *, step: int | None = None, metric: str = "acc") ->
         values,
         c=c,
         name="table1_val" if step is None else f"table1_val_step{step}",
-        title=f"Table 1: validation {metric} (%) at {at}, mean ± SD over seeds",
+        title=f"Table 1: validation {_words(c, metric)} (%) at {at}, mean ± SD over seeds",
         rows=c.rows,
         columns=c.labels,
         notes=notes,
@@ -101,7 +106,7 @@ def generalization_table(
         c=c,
         name=name or f"table2_test_{policy}",
         title=title
-        or f"Table 2: test {metric} (%) at the longest tested length, checkpoint "
+        or f"Table 2: test {_words(c, metric)} (%) at the longest tested length, checkpoint "
         f"policy {policy}, mean ± SD over seeds",
         rows=rows,
         columns=columns,
@@ -148,9 +153,9 @@ def scaled_accuracy_table(
         per_run.assign(column=per_run["label"]),
         c=c,
         name=f"scaled_{metric}_{policy}",
-        title=f"Scaled {metric} x 100, (acc - chance) / (1 - chance) averaged over the test "
-        f"lengths in {lo}-{hi} beyond training, checkpoint policy {policy}: mean ± SD over seeds "
-        "[best seed]",
+        title=f"Scaled {_words(c, metric)} x 100, (acc - chance) / (1 - chance) averaged over "
+        f"the test lengths in {lo}-{hi} beyond training, checkpoint policy {policy}: mean ± SD "
+        "over seeds [best seed]",
         rows=[row for row in c.rows if lengths[row]],
         columns=c.labels,
         row_display=display,
@@ -188,7 +193,7 @@ def length_table(
         rows=keys,
         columns=columns,
         row_of=row_of,
-        title=f"Test {metric} (%) at every tested length, checkpoint policy {policy}, "
+        title=f"Test {_words(c, metric)} (%) at every tested length, checkpoint policy {policy}, "
         "mean ± SD over seeds",
     )
     table.index_header = "task / length"
@@ -230,7 +235,7 @@ def feedback_table(
         metric=metric,
         columns=cols,
         name=f"feedback_{split}_{policy}",
-        title=f"Feedback interval at split {split}: test {metric} (%), checkpoint policy "
+        title=f"Feedback interval at split {split}: test {_words(c, metric)} (%), checkpoint policy "
         f"{policy}, mean ± SD over seeds",
         row_format="{row} / {length}",
         default_lengths=FEEDBACK_LENGTHS,
@@ -273,8 +278,8 @@ def policy_table(c: Collection, *, lengths: Lengths = None, metric: str = "acc")
     display = pd.concat([t.display for t in tables]).loc[shown].fillna("")
     return Table(
         "policies",
-        f"Checkpoint policies: test {metric} (%) at the longest tested length, mean ± SD "
-        "[max over seeds]",
+        f"Checkpoint policies: test {_words(c, metric)} (%) at the longest tested length, "
+        "mean ± SD [max over seeds]",
         display,
         data,
         index_header="task (length) · policy",

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from rlt import families
 from rlt.models.base import SequenceModel
 from rlt.models.config import DeltaNetConfig, LSTMConfig, RLTConfig, TransformerConfig
-from rlt.models.deltanet import DeltaNet
-from rlt.models.lstm import LSTMModel
-from rlt.models.rlt import RecurrentLoopedTransformer
-from rlt.models.transformer import DecoderOnlyTransformer
 
 PAPER = dict(d_model=512, n_heads=4, d_ff=1365, vocab_size=140)  # shared/SPEC.md section 1
 SPLITS_8 = ["4+4", "5+3", "6+2", "7+1", "8+0"]
@@ -22,16 +19,17 @@ ModelConfig = RLTConfig | TransformerConfig | LSTMConfig | DeltaNetConfig
 def build_model(config: ModelConfig) -> SequenceModel:
     """The model a config describes (RLT-0/1/2 from ``feedback_interval``, the baseline, or
     the LSTM control)."""
-    if isinstance(config, RLTConfig):
-        return RecurrentLoopedTransformer(config)
-    if isinstance(config, TransformerConfig):
-        return DecoderOnlyTransformer(config)
-    if isinstance(config, LSTMConfig):
-        return LSTMModel(config)
-    if isinstance(config, DeltaNetConfig):
-        return DeltaNet(config)
+    path = f"{type(config).__module__}:{type(config).__qualname__}"
+    for family in families.families():
+        if family.config == path:  # by name first: other families' modules stay unimported
+            return family.model_class()(config)
+    for family in families.families():
+        if type(config) is family.config_class():
+            return family.model_class()(config)
+    known = ", ".join(f.config.partition(":")[2] for f in families.families())
     raise TypeError(
-        f"config must be a model config (RLT, Transformer, LSTM, DeltaNet), got {type(config).__name__}"
+        f"config must be the config of a registered model family ({known}; rlt/families.py), "
+        f"got {type(config).__name__}"
     )
 
 

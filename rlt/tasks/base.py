@@ -30,6 +30,8 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from rlt.tasks import vocab
+
 IGNORE = -100
 """Label of an unsupervised position (``torch.nn.functional.cross_entropy``'s ignore_index)."""
 
@@ -82,6 +84,7 @@ def register(cls: type[Task]) -> type[Task]:
     """Class decorator adding a task to ``TASKS`` under ``cls.name``."""
     if cls.name in TASKS:
         raise ValueError(f"task name {cls.name!r} registered twice ({TASKS[cls.name]} and {cls})")
+    vocab.add_tokens(cls.new_tokens)
     TASKS[cls.name] = cls
     return cls
 
@@ -116,6 +119,9 @@ class Task(ABC):
     default_test_lengths: ClassVar[tuple[int, ...]]
     chance: ClassVar[float | None]
     acc_mode: ClassVar[str] = "last"
+    # Symbols beyond the shared 140-token vocabulary (rlt.tasks.vocab); registering the task
+    # appends them, and its models get vocab_size outputs.
+    new_tokens: ClassVar[tuple[str, ...]] = ()
     default_n_val: ClassVar[int] = 768
     default_n_test: ClassVar[int] = 1024
 
@@ -178,6 +184,11 @@ class Task(ABC):
     def task_options(self) -> dict[str, Any]:
         """The task-specific options (e.g. supervision); base options are in ``config``."""
         return {}
+
+    @property
+    def vocab_size(self) -> int:
+        """Outputs a model of this task needs: the shared 140, plus the task's own tokens."""
+        return vocab.size_for(self.new_tokens)
 
     @property
     def metrics(self) -> tuple[str, ...]:

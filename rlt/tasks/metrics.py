@@ -14,6 +14,9 @@ batch by its size). Definitions (docs/DESIGN.md section 3):
 - ``seq_acc``: every scored position right (S5 whole-sequence accuracy);
 - ``exact`` (``greedy_exact``): greedy generation from the prompt reproduces the response
   (addition: answer + EOS) exactly.
+
+More metrics: :func:`register_metric` adds a per-example function ``(logits, batch) -> (B,)``
+computed beside these on every validation and test set (docs/EXTENDING.md).
 """
 
 from __future__ import annotations
@@ -54,6 +57,24 @@ def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return example_losses(logits, labels).mean()
 
 
+BUILT_IN = ("loss", "acc", "token_acc", "seq_acc", "exact")
+# Registered metrics: name -> per-example function (logits (B, T, V), batch) -> (B,) in [0, 1].
+EXTRA: dict[str, Callable[[torch.Tensor, Mapping[str, torch.Tensor]], torch.Tensor]] = {}
+
+
+def register_metric(name: str):
+    """Decorator: compute ``fn(logits, batch) -> (B,)`` per example on every validation and test
+    set, recorded in results.json under ``name`` beside acc (``tables.py --metric name``)."""
+    if name in BUILT_IN:
+        raise ValueError(f"metric {name!r} is built in; pick another name")
+
+    def add(fn):
+        EXTRA[name] = fn
+        return fn
+
+    return add
+
+
 def example_metrics(
     logits: torch.Tensor, batch: Mapping[str, torch.Tensor], acc_mode: str = "last"
 ) -> dict[str, torch.Tensor]:
@@ -69,12 +90,21 @@ def example_metrics(
         positions = torch.arange(score.shape[1], device=score.device)
         last = torch.where(score, positions, -1).argmax(1)  # (B,) last scored position
         final = correct.gather(1, last[:, None]).squeeze(1).float()
-        return {
+        out = {
             "loss": example_losses(logits.detach(), labels),
             "acc": final if acc_mode == "last" else token_acc,
             "token_acc": token_acc,
             "seq_acc": ((n_correct == n_scored) & (n_scored > 0)).float(),
         }
+        for name, fn in EXTRA.items():
+            value = fn(logits, batch)
+            if value.shape != final.shape:
+                raise ValueError(
+                    f"metric {name!r} must return one value per example, shape "
+                    f"{tuple(final.shape)}, got {tuple(value.shape)}"
+                )
+            out[name] = value.float()
+        return out
 
 
 def batch_metrics(

@@ -1,4 +1,5 @@
-"""The one vocabulary shared by all six tasks (140 tokens, as the report's parameter counts imply).
+"""The one vocabulary shared by all six tasks (140 tokens, as the report's parameter counts imply),
+and the tokens a new task adds after them.
 
 Layout (ids are stable; changing them invalidates every checkpoint):
 
@@ -10,6 +11,11 @@ Layout (ids are stable; changing them invalidates every checkpoint):
 
 An S5 token name is the permutation in one-line notation prefixed by ``p``: ``p21345`` maps
 1->2, 2->1 and fixes 3, 4, 5. As a 0-based tuple it is ``(1, 0, 2, 3, 4)``.
+
+A task that needs symbols of its own lists them in ``Task.new_tokens``; registering the task
+appends the ones the vocabulary lacks after id 139 (:func:`add_tokens`), in registration order,
+so the 140 shared ids never move and the report's six tasks keep a 140-token model. A model
+trained on such a task gets ``Task.vocab_size`` outputs (140 + what it adds).
 """
 
 from __future__ import annotations
@@ -29,8 +35,9 @@ def perm_name(perm: tuple[int, ...]) -> str:
 
 
 TOKENS: list[str] = SPECIALS + DIGITS + OPERATORS + [perm_name(p) for p in PERMUTATIONS]
+# The shared vocabulary's size: every built-in task's model has this many outputs. TOKENS grows
+# past it when a task adds tokens (add_tokens).
 VOCAB_SIZE = len(TOKENS)
-assert VOCAB_SIZE == 140, f"expected 140 tokens, built {VOCAB_SIZE}"
 
 TOKEN_TO_ID: dict[str, int] = {name: i for i, name in enumerate(TOKENS)}
 PAD, BOS, EOS, EQ, SEP = (TOKEN_TO_ID[s] for s in SPECIALS)
@@ -39,6 +46,26 @@ PLUS, MINUS, TIMES, LPAREN, RPAREN = (TOKEN_TO_ID[s] for s in OPERATORS)
 PERM_OFFSET = len(SPECIALS) + len(DIGITS) + len(OPERATORS)
 PERM_TO_ID: dict[tuple[int, ...], int] = {p: PERM_OFFSET + i for i, p in enumerate(PERMUTATIONS)}
 IDENTITY_ID = PERM_TO_ID[tuple(range(5))]
+
+
+def add_tokens(names) -> list[int]:
+    """The ids of ``names``, appending each name the vocabulary lacks after the last id (a name
+    it has, e.g. a digit, keeps its id). A name must be one whitespace-free word, as
+    :func:`encode` splits on spaces."""
+    ids = []
+    for name in names:
+        if not isinstance(name, str) or not name or name != name.strip() or " " in name:
+            raise ValueError(f"token name {name!r} must be one non-empty word without spaces")
+        if name not in TOKEN_TO_ID:
+            TOKEN_TO_ID[name] = len(TOKENS)
+            TOKENS.append(name)
+        ids.append(TOKEN_TO_ID[name])
+    return ids
+
+
+def size_for(names) -> int:
+    """The vocabulary a model needs for a task that uses ``names`` beyond the shared tokens."""
+    return max([VOCAB_SIZE] + [TOKEN_TO_ID[n] + 1 for n in names])
 
 
 def decode(ids: list[int]) -> str:

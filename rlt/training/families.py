@@ -1,17 +1,13 @@
-"""The model families a config can name, in one public place: ``model.family`` -> its config
-dataclass, and the model node's config-only keys. ``spec.py`` (validation) and
-``hydra_support.py`` (the command-line key check) both read it."""
+"""What config validation reads of the model families: ``model.family`` -> its config
+dataclass (from the one table, rlt/families.py), and the model node's config-only keys.
+``spec.py`` (validation) and ``hydra_support.py`` (the command-line key check) both read it."""
 
 from __future__ import annotations
 
-from rlt.models import DeltaNetConfig, LSTMConfig, RLTConfig, TransformerConfig
+from rlt.families import CONFIG_CLASSES
 
-FAMILIES = {
-    "rlt": RLTConfig,
-    "transformer": TransformerConfig,
-    "lstm": LSTMConfig,
-    "deltanet": DeltaNetConfig,
-}
+# model.family -> its config dataclass, over the live table (plugins' families included).
+FAMILIES = CONFIG_CLASSES
 
 # Config-only keys of a model node (identity and grouping); every other key is a field of the
 # family's config dataclass.

@@ -170,12 +170,14 @@ def _command_jobs(args: list[str], *, multirun: bool) -> tuple[list[list[str]], 
     return expand_jobs(cfg), "Slurm" in launcher
 
 
-def _model_family(model: str) -> str:
+def _model_family(model: str) -> str | None:
     """The ``family`` a model file (conf/model/<model>.yaml) declares; RLT models inherit it
-    from conf/model_base/rlt.yaml, so a file without the key is the rlt family."""
+    from conf/model_base/rlt.yaml, so a file without the key is the rlt family. None for a
+    model this repository's conf/ lacks (a plugin's, found on hydra.searchpath): prepare()
+    checks its keys once the plugin is imported."""
     path = Path(__file__).resolve().parents[2] / "conf" / "model" / f"{model}.yaml"
     if not path.is_file():
-        return "rlt"
+        return None
     return str(OmegaConf.load(path).get("family", "rlt"))
 
 

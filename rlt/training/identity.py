@@ -15,6 +15,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from rlt import rundir
+from rlt.training import optim
 
 # Keys (dotted prefixes) that never change a run's results.
 RUN_CONTROL = (
@@ -38,6 +39,7 @@ RUN_CONTROL = (
     "callbacks.inject_failure",
     "callbacks.diagnostics_every",
     "evaluate",
+    "plugins",
 )
 
 
@@ -73,6 +75,42 @@ def identity_view(config: dict[str, Any]) -> dict[str, Any]:
 EARLY_STOP = "callbacks.early_stop."
 
 
+def implied_keys(view: dict[str, Any]) -> dict[str, Any]:
+    """What a stored config written before a key existed meant by its absence (the behaviour
+    the code had then), for keys whose old meaning is not simply "unset": before conf/optim/
+    and conf/scheduler/ were Hydra targets, every run trained with AdamW and the report's
+    warmup + cosine over the scale's warmup steps down to its min_lr."""
+    implied: dict[str, Any] = {}
+    if "optim._target_" not in view:
+        implied |= {"optim._target_": optim.LEGACY_OPTIMIZER, "optim._partial_": True}
+    if not any(k.startswith("scheduler.") for k in view):
+        implied |= {"scheduler._target_": optim.LEGACY_SCHEDULER, "scheduler._partial_": True}
+        implied |= {
+            f"scheduler.{key}": view[f"scale.{key}"]
+            for key in ("warmup_steps", "min_lr")
+            if f"scale.{key}" in view
+        }
+    return implied
+
+
+def _with_implied(view: dict[str, Any]) -> dict[str, Any]:
+    return {**implied_keys(view), **view}
+
+
+def upgraded(config: dict[str, Any]) -> dict[str, Any]:
+    """A stored config with the keys it predates filled in as it meant them (``implied_keys``),
+    so code of today can rebuild a run written by an older version (eval.py, the probe)."""
+    out = dict(config)
+    for key, value in implied_keys(flatten(config)).items():
+        node = out
+        *parents, last = key.split(".")
+        for p in parents:
+            node[p] = dict(node.get(p) or {})
+            node = node[p]
+        node.setdefault(last, value)
+    return out
+
+
 def config_differences(
     stored: dict[str, Any], requested: dict[str, Any], *, trained_to_end: bool = False
 ) -> list[str]:
@@ -83,7 +121,7 @@ def config_differences(
     ``trained_to_end``: the stored run finished every step without its early stop firing. Such
     a run is the fixed-step run, so an early-stop setting it had and the request lacks is no
     difference (the other way round it is: the requested stop might have fired)."""
-    old, new = identity_view(stored), identity_view(requested)
+    old, new = _with_implied(identity_view(stored)), _with_implied(identity_view(requested))
     if trained_to_end and new.get(EARLY_STOP + "val_acc") is None:
         old = {k: v for k, v in old.items() if not k.startswith(EARLY_STOP)}
         new = {k: v for k, v in new.items() if not k.startswith(EARLY_STOP)}

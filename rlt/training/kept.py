@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from rlt import rundir
+from rlt.training import identity
 from rlt.training.callbacks import load_weights
 from rlt.training.spec import RunSpec, model_config, prepare
 
@@ -35,7 +36,8 @@ def load_kept(run_dir: str | Path, policy: str = "min_val_loss", overrides=()) -
     for path, what in ((config, "its config.yaml"), (ckpt, f"the {policy} checkpoint")):
         if not path.is_file():
             raise FileNotFoundError(f"{run_dir} lacks {what} ({path}): score a run that kept it")
-    cfg: DictConfig = OmegaConf.load(config)
+    stored = OmegaConf.to_container(OmegaConf.load(config))
+    cfg: DictConfig = OmegaConf.create(identity.upgraded(stored))  # written by an older version?
     cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
     spec = prepare(cfg, on_this_machine=True)
     _, config_cls, _ = model_config(cfg)

@@ -7,7 +7,6 @@ Gradient accumulation averages micro-batches, so a step's gradient is that of th
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import time
@@ -17,55 +16,37 @@ import lightning as L
 import torch
 from torch import nn
 
-from rlt.models import DeltaNetConfig, LSTMConfig, RLTConfig, TransformerConfig, build_model
+from rlt import families
+from rlt.models import build_model
 from rlt.tasks import metrics as task_metrics
-
-
-def lr_lambda(step: int, *, warmup: int, max_steps: int, lr: float, min_lr: float) -> float:
-    """Multiplier of the base lr: linear warmup over ``warmup`` steps, then cosine to ``min_lr``
-    at the last step (the report's schedule)."""
-    if warmup > 0 and step < warmup:
-        return (step + 1) / warmup
-    span = max(1, max_steps - 1 - warmup)
-    progress = min(1.0, (step - warmup) / span)
-    floor = min_lr / lr
-    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def decay_groups(
-    model: nn.Module, weight_decay: float, decay_embeddings: bool = True
-) -> list[dict]:
-    """AdamW parameter groups: matrices (and embeddings) decay; norms, biases, s* do not."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        is_embedding = "embed" in name
-        if p.ndim >= 2 and (decay_embeddings or not is_embedding):
-            decay.append(p)
-        else:
-            no_decay.append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
+from rlt.training import optim
 
 
 class SequenceModule(L.LightningModule):
-    """Shared training logic; subclasses only say how to build their model."""
+    """Shared training logic; subclasses only name their family."""
 
     def __init__(
-        self, model_cfg: dict, optim_cfg: dict, schedule_cfg: dict, failure: dict | None = None
+        self,
+        model_cfg: dict,
+        optim_cfg: dict | None = None,
+        scheduler_cfg: dict | None = None,
+        *,
+        lr: float = 0.0,
+        max_steps: int = 1,
+        failure: dict | None = None,
     ):
         super().__init__()
         self.save_hyperparameters()
         self.model = self.build(model_cfg)
-        self.optim_cfg = optim_cfg
-        self.schedule_cfg = schedule_cfg
+        self.optim_cfg = optim_cfg or {}
+        self.scheduler_cfg = scheduler_cfg or {}
+        self.lr, self.max_steps = lr, max_steps
         self.failure = failure or None
 
-    def build(self, model_cfg: dict) -> nn.Module:  # pragma: no cover - abstract
-        raise NotImplementedError
+    family: str  # model.family: the config dataclass and model come from rlt/families.py
+
+    def build(self, model_cfg: dict) -> nn.Module:
+        return build_model(families.get(self.family).config_class()(**model_cfg))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.model(tokens)
@@ -111,27 +92,17 @@ class SequenceModule(L.LightningModule):
 
     # -- optimizer -------------------------------------------------------------------------
     def configure_optimizers(self) -> dict[str, Any]:
-        o, s = self.optim_cfg, self.schedule_cfg
-        groups = decay_groups(self.model, o["weight_decay"], o.get("decay_embeddings", True))
-        opt = torch.optim.AdamW(groups, lr=s["lr"], betas=tuple(o["betas"]))
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt,
-            lambda step: lr_lambda(
-                step,
-                warmup=s["warmup_steps"],
-                max_steps=s["max_steps"],
-                lr=s["lr"],
-                min_lr=s["min_lr"],
-            ),
-        )
+        """conf/optim/ and conf/scheduler/ (rlt/training/optim.py), completed with the run's
+        ``scale.lr`` and ``scale.max_steps``."""
+        opt = optim.build_optimizer(self.model, self.optim_cfg, self.lr)
+        sched = optim.build_scheduler(opt, self.scheduler_cfg, self.max_steps)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
 
 class RLTModule(SequenceModule):
     """RLT-1, RLT-2 and RLT-0 (the feedback interval is a model setting)."""
 
-    def build(self, model_cfg: dict) -> nn.Module:
-        return build_model(RLTConfig(**model_cfg))
+    family = "rlt"
 
     def set_feedback_interval(self, interval: int | None) -> None:
         self.model.feedback_interval = interval
@@ -140,27 +111,31 @@ class RLTModule(SequenceModule):
 class TransformerModule(SequenceModule):
     """The decoder-only Transformer baseline."""
 
-    def build(self, model_cfg: dict) -> nn.Module:
-        return build_model(TransformerConfig(**model_cfg))
+    family = "transformer"
 
 
 class LSTMModule(SequenceModule):
     """The LSTM recurrent control (not in the report)."""
 
-    def build(self, model_cfg: dict) -> nn.Module:
-        return build_model(LSTMConfig(**model_cfg))
+    family = "lstm"
 
 
 class DeltaNetModule(SequenceModule):
     """DeltaNet with eigenvalues in [-1, 1] or [0, 1] (issue 14, not in the report)."""
 
-    def build(self, model_cfg: dict) -> nn.Module:
-        return build_model(DeltaNetConfig(**model_cfg))
+    family = "deltanet"
 
 
-MODULES: dict[str, type[SequenceModule]] = {
-    "rlt": RLTModule,
-    "transformer": TransformerModule,
-    "lstm": LSTMModule,
-    "deltanet": DeltaNetModule,
+_MODULES: dict[str, type[SequenceModule]] = {
+    m.family: m for m in (RLTModule, TransformerModule, LSTMModule, DeltaNetModule)
 }
+
+
+def module_for(family: str) -> type[SequenceModule]:
+    """The LightningModule of a family (rlt/families.py); a family registered without one of
+    its own gets the shared training logic as ``<Name>Module``."""
+    if family not in _MODULES:
+        families.get(family)  # unknown families fail here, naming the known ones
+        name = "".join(part.title() for part in family.split("_")) + "Module"
+        _MODULES[family] = type(name, (SequenceModule,), {"family": family})
+    return _MODULES[family]

@@ -9,7 +9,6 @@ import sys
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 
 import rlt
 from rlt import rundir
@@ -20,9 +19,9 @@ from rlt.training.evaluate import evaluate_lengths
 def evaluate_policies(
     spec, module, dm, recorder: ValidationAndCheckpoints, n_params: int
 ) -> dict[str, Any]:
-    cfg = spec.cfg
+    s = spec.settings
     model = module.model
-    policies = [p for p in cfg.callbacks.policies if p in POLICIES] or ["min_val_loss"]
+    policies = [p for p in s.policies if p in POLICIES] or ["min_val_loss"]
     if "min_val_loss" not in policies:
         policies.insert(0, "min_val_loss")
     loaders = dm.test_dataloaders(spec.test_lengths)
@@ -53,7 +52,7 @@ def evaluate_policies(
         "schema_version": 1,
         "run": spec.identity,
         "params": n_params,
-        "max_steps": cfg.scale.max_steps,
+        "max_steps": s.max_steps,
         "train_lengths": list(spec.task.train_lengths),
         "test_lengths": spec.test_lengths,
         "chance": getattr(spec.task, "chance", None),
@@ -64,7 +63,7 @@ def evaluate_policies(
         "test_by_policy": by_policy,
         "feedback_schedule": spec.schedule.to_list() if spec.schedule is not None else None,
         "versions": versions(),
-        "config_hash": hashlib.sha1(OmegaConf.to_yaml(cfg, resolve=True).encode()).hexdigest()[:12],
+        "config_hash": hashlib.sha1(s.config_yaml.encode()).hexdigest()[:12],
     }
 
 

@@ -169,7 +169,7 @@ def _continues_retrain(spec: RunSpec, last: Path) -> bool:
         stored = identity.stored_config(spec.run_dir)
     except identity.UnreadableConfig:
         return False
-    requested = identity.requested_config(spec.cfg)
+    requested = spec.settings.resolved
     return stored is not None and not identity.config_differences(stored, requested)
 
 
@@ -271,7 +271,7 @@ def _check_same_config(spec: RunSpec) -> None:
         return
     diffs = identity.config_differences(
         stored,
-        identity.requested_config(spec.cfg),
+        spec.settings.resolved,
         trained_to_end=identity.trained_to_end(spec.run_dir),
     )
     if not diffs:
@@ -307,16 +307,16 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
 
     from rlt.tasks.data import TaskDataModule
 
-    cfg, run_dir = spec.cfg, spec.run_dir
+    s, run_dir = spec.settings, spec.run_dir
     quiet_lightning()
-    torch.set_num_threads(resolve_threads(cfg))
-    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    torch.set_num_threads(resolve_threads(s))
+    L.seed_everything(s.seed, workers=True, verbose=False)
     dm = TaskDataModule(
         task=spec.task,
-        micro_batch_size=cfg.scale.micro_batch,
-        global_batch_size=cfg.scale.global_batch,
-        max_steps=cfg.scale.max_steps,
-        eval_batch_size=cfg.scale.eval_batch,
+        micro_batch_size=s.micro_batch,
+        global_batch_size=s.global_batch,
+        max_steps=s.max_steps,
+        eval_batch_size=s.eval_batch,
     )
     module = _build_module(spec)
     step_paths = _choose_step_paths(spec, module.model)
@@ -324,15 +324,15 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         run_dir=run_dir,
         val_loader_fn=dm.val_dataloader,
         evaluate_fn=lambda m, loader: evaluate_loader(m.model, loader, spec.task.acc_mode),
-        val_every=cfg.scale.val_every,
-        max_steps=cfg.scale.max_steps,
-        policies=list(cfg.callbacks.policies),
-        train_log_every=cfg.trainer.log_every_n_steps,
-        stop_at_val_acc=cfg.callbacks.early_stop.val_acc,
-        stop_patience=cfg.callbacks.early_stop.patience,
+        val_every=s.val_every,
+        max_steps=s.max_steps,
+        policies=list(s.policies),
+        train_log_every=s.log_every,
+        stop_at_val_acc=s.early_stop_acc,
+        stop_patience=s.early_stop_patience,
     )
-    live_bar = bool(cfg.trainer.progress_bar) and sys.stdout.isatty()
-    loggers = make_loggers(cfg, spec, run_dir)
+    live_bar = s.progress_bar and sys.stdout.isatty()
+    loggers = make_loggers(spec)
     trainer = build_trainer(
         spec, [recorder, *_extra_callbacks(spec, dm, recorder, live_bar)], loggers, live_bar
     )
@@ -344,10 +344,10 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         weights_only=True,  # tensors and plain containers only: a shared run dir runs no code
     )
     if trainer.interrupted or (
-        trainer.global_step < cfg.scale.max_steps and recorder.stopped_early is None
+        trainer.global_step < s.max_steps and recorder.stopped_early is None
     ):
         raise RuntimeError(
-            f"training stopped at step {trainer.global_step} of {cfg.scale.max_steps} "
+            f"training stopped at step {trainer.global_step} of {s.max_steps} "
             "(interrupted); rerun the same command to resume from last.ckpt"
         )
     if not recorder.val_curve or recorder.val_curve[-1]["step"] != trainer.global_step:
@@ -361,7 +361,7 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         results["probe"] = probe
     _write_results(spec, trainer.global_step, recorder, results, fit_seconds)
     log_results(loggers, results)
-    if cfg.print_table:
+    if s.print_table:
         print_table(results)
     return results
 
@@ -369,15 +369,13 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
 def _choose_step_paths(spec: RunSpec, model: torch.nn.Module) -> dict[str, dict[str, Any]]:
     """``trainer.compile`` and ``trainer.native`` resolved for this run and set on the model,
     each said on the console; returns their results.json records."""
-    cfg, cell = spec.cfg, spec.identity["cell"]
-    device_type = "cuda" if str(cfg.trainer.accelerator) in ("gpu", "cuda") else "cpu"
-    compiled, compile_why = resolve_compile(cfg.trainer.get("compile", "off"), model, device_type)
+    s, cell = spec.settings, spec.identity["cell"]
+    device_type = "cuda" if s.accelerator in ("gpu", "cuda") else "cpu"
+    compiled, compile_why = resolve_compile(s.compile, model, device_type)
     model.compiled_step = compiled
     if compiled:
         print(f"[rlt] {cell}: compiled chunk step ({compile_why})", flush=True)
-    native, native_why = resolve_native(
-        cfg.trainer.get("native", "off"), model, device_type, cfg.scale.max_steps, compiled
-    )
+    native, native_why = resolve_native(s.native, model, device_type, s.max_steps, compiled)
     model.native_step = native
     if native:
         print(f"[rlt] {cell}: C++ token loop ({native_why})", flush=True)
@@ -399,7 +397,7 @@ def _probe(spec: RunSpec, model: torch.nn.Module) -> dict[str, Any] | None:
     from rlt import probe
     from rlt.training.callbacks import load_weights
 
-    setting = (spec.cfg.get("evaluate") or {}).get("probe", "auto")
+    setting = spec.settings.probe
     if setting in (False, "off") or (setting == "auto" and not probe.has_target(spec.task)):
         return None
     ckpt = load_weights(spec.run_dir / rundir.CKPT_DIR / "min_val_loss.pt")
@@ -408,7 +406,7 @@ def _probe(spec: RunSpec, model: torch.nn.Module) -> dict[str, Any] | None:
     if spec.family == "rlt" and fb:
         model.feedback_interval = fb  # as evaluated: the last training stage's chunk size
     start = time.perf_counter()
-    block = probe.probe_model(model, spec.task, spec.test_lengths, n_test=spec.cfg.scale.n_test)
+    block = probe.probe_model(model, spec.task, spec.test_lengths, n_test=spec.settings.n_test)
     block = {"policy": "min_val_loss", "step": int(ckpt["step"]), **block}
     block["seconds"] = round(time.perf_counter() - start, 2)
     say(f"  state probe of the min_val_loss checkpoint ({block['seconds']:.1f} s):")
@@ -418,53 +416,41 @@ def _probe(spec: RunSpec, model: torch.nn.Module) -> dict[str, Any] | None:
 
 def _build_module(spec: RunSpec):
     """The family's LightningModule with the run's model, optimizer and schedule."""
-    from rlt.training.module import MODULES
+    from rlt.training.module import module_for
 
-    cfg = spec.cfg
-    failure = (
-        OmegaConf.to_container(cfg.callbacks.inject_failure)
-        if cfg.callbacks.inject_failure
-        else None
-    )
-    if failure and failure.get("cell") not in (None, cfg.cell):
-        failure = None  # the injected failure targets another cell of the sweep
-    return MODULES[spec.family](
+    s = spec.settings
+    return module_for(spec.family)(
         model_cfg=spec.model_kwargs,
-        optim_cfg=OmegaConf.to_container(cfg.optim),
-        schedule_cfg={
-            "lr": cfg.scale.lr,
-            "min_lr": cfg.scale.min_lr,
-            "warmup_steps": cfg.scale.warmup_steps,
-            "max_steps": cfg.scale.max_steps,
-        },
-        failure=failure,
+        optim_cfg=s.optim,
+        scheduler_cfg=s.scheduler,
+        lr=s.lr,
+        max_steps=s.max_steps,
+        failure=dict(s.failure) if s.failure else None,  # the module marks a sent SIGTERM
     )
 
 
 def _extra_callbacks(spec: RunSpec, dm, recorder: ValidationAndCheckpoints, live_bar: bool) -> list:
     """Diagnostics, the feedback schedule and progress output, as the config asks."""
-    cfg, run_dir = spec.cfg, spec.run_dir
+    s, run_dir = spec.settings, spec.run_dir
     callbacks = []
-    if cfg.callbacks.diagnostics_every and spec.family == "rlt":
+    if s.diagnostics_every and spec.family == "rlt":
 
         def diagnostic_batch():
             return next(iter(dm.val_dataloader()))["tokens"][:64]
 
-        callbacks.append(
-            FeedbackDiagnostics(run_dir, diagnostic_batch, cfg.callbacks.diagnostics_every)
-        )
+        callbacks.append(FeedbackDiagnostics(run_dir, diagnostic_batch, s.diagnostics_every))
     if spec.schedule is not None:
         callbacks.append(FeedbackScheduleCallback(spec.schedule))
     if live_bar:
         callbacks.append(step_progress_bar())
-    elif cfg.trainer.progress_every:
+    elif s.progress_every:
         callbacks.append(
             PlainProgress(
                 cell=spec.identity["cell"],
                 recorder=recorder,
                 log_path=run_dir / rundir.TRAIN_LOG,
-                every_steps=cfg.trainer.progress_every,
-                every_seconds=cfg.trainer.progress_seconds,
+                every_steps=s.progress_every,
+                every_seconds=s.progress_seconds,
             )
         )
     return callbacks
@@ -492,7 +478,7 @@ def _write_results(
         spec.run_dir,
         "done",
         step=step,
-        max_steps=spec.cfg.scale.max_steps,
+        max_steps=spec.settings.max_steps,
         best_val_acc=max(r["acc"] for r in recorder.val_curve),
         retrain=None,
     )

@@ -15,11 +15,12 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from rlt import rundir
-from rlt.tasks import get_task
-from rlt.training import hydra_env
+from rlt import plugins, rundir
+from rlt.tasks import get_task, vocab
+from rlt.training import hydra_env, optim
 from rlt.training.families import FAMILIES, MODEL_META, RLT_VARIANTS, rlt_variant, variant_option
 from rlt.training.schedule import FeedbackSchedule
+from rlt.training.settings import Settings, settings_from
 
 
 class ConfigError(ValueError):
@@ -39,6 +40,7 @@ class RunSpec:
     accumulate: int
     schedule: FeedbackSchedule | None
     identity: dict[str, Any]
+    settings: Settings  # what the run reads of cfg from here on (rlt/training/settings.py)
 
 
 # --------------------------------------------------------------------------------------------
@@ -49,6 +51,7 @@ def prepare(cfg: DictConfig, *, on_this_machine: bool = True) -> RunSpec:
     naming the config key and the fix. Allocates no tensors. ``on_this_machine=False`` (a grid
     checked before it is submitted to SLURM) skips what only the machine that trains can tell
     (CUDA)."""
+    load_plugins(cfg.get("plugins"))
     _check_groups(cfg)
     try:
         OmegaConf.resolve(cfg)
@@ -58,13 +61,16 @@ def prepare(cfg: DictConfig, *, on_this_machine: bool = True) -> RunSpec:
     _check_shapes(cfg)
     _check_paths(cfg)
     family, _, kwargs = model_config(cfg)
-    trainer_args(cfg)
+    extra_trainer_args = trainer_args(cfg)
+    _check_optim(cfg)
     check_environment(cfg, cuda=on_this_machine)
     schedule = _feedback_schedule(cfg, family)
     _check_variant(cfg, family, schedule)
     if schedule is not None:
         kwargs["feedback_interval"] = schedule.at(0)
     task = _task(cfg)
+    if task.vocab_size != kwargs.get("vocab_size", vocab.VOCAB_SIZE):
+        kwargs["vocab_size"] = task.vocab_size  # the task adds tokens to the shared 140
     run_dir = hydra_env.run_dir_for(cfg)
     scale = cfg.scale
     lengths = list(task.test_lengths)
@@ -80,7 +86,34 @@ def prepare(cfg: DictConfig, *, on_this_machine: bool = True) -> RunSpec:
         accumulate=scale.global_batch // scale.micro_batch,
         schedule=schedule,
         identity=_identity(cfg, family, run_dir),
+        settings=settings_from(cfg, extra_trainer_args),
     )
+
+
+def load_plugins(names) -> None:
+    """Import the config's ``plugins`` (modules that register tasks, model families, metrics)."""
+    if names is None:
+        return
+    if isinstance(names, str) or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError(
+            f"plugins must be a list of module names, e.g. plugins=[my_lab.tasks]; got {names!r}"
+        )
+    for name, e in plugins.load(list(names)):
+        raise ConfigError(
+            f"plugins: cannot import {name!r} ({type(e).__name__}: {e}); run from its directory, "
+            "put it on PYTHONPATH or install it"
+        ) from e
+
+
+def _check_optim(cfg: DictConfig) -> None:
+    """conf/optim/ and conf/scheduler/ build (an importable target taking their arguments)."""
+    try:
+        optim.check(
+            OmegaConf.to_container(cfg.optim, resolve=True),
+            OmegaConf.to_container(cfg.scheduler, resolve=True),
+        )
+    except optim.OptimConfigError as e:
+        raise ConfigError(str(e)) from e
 
 
 def _check_shapes(cfg: DictConfig) -> None:
@@ -303,6 +336,8 @@ def _identity(cfg: DictConfig, family: str, run_dir: Path) -> dict[str, Any]:
         "sweep": cfg.sweep_name,
         "cell": cfg.cell,
         "run_dir": str(run_dir),
+        # Modules that registered the run's task, family or metrics, for the analysis to load.
+        **({"plugins": list(cfg.plugins)} if cfg.get("plugins") else {}),
     }
 
 
@@ -336,9 +371,10 @@ _NUMBERS = (
 
 
 _TOP_LEVEL = {
-    "task", "model", "split", "scale", "trainer", "logger", "callbacks", "optim", "seed",
+    "task", "model", "split", "scale", "trainer", "logger", "callbacks", "optim", "scheduler",
+    "seed",
     "root", "sweep_name", "group", "cell", "out_dir", "resume", "force", "print_table",
-    "debug_flags", "evaluate",
+    "debug_flags", "evaluate", "plugins",
 }  # fmt: skip
 
 
@@ -353,7 +389,7 @@ PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "16-true",
 def _check_groups(cfg: DictConfig) -> None:
     """The config groups and trainer/optimizer values a run reads exist and make sense: each
     refused with one line naming the key and the fix, before anything is written."""
-    for group in ("task", "model", "split", "scale", "trainer", "optim", "callbacks"):
+    for group in ("task", "model", "split", "scale", "trainer", "optim", "scheduler", "callbacks"):
         if not isinstance(cfg.get(group), DictConfig):
             raise ConfigError(
                 f"{group} is {cfg.get(group)!r}: choose one of conf/{group}/ "
@@ -374,9 +410,9 @@ def _check_groups(cfg: DictConfig) -> None:
         isinstance(devices, bool) or not isinstance(devices, int) or devices < 1
     ):
         raise ConfigError(f"trainer.devices must be an integer >= 1 or auto, got {devices!r}")
-    betas = cfg.optim.get("betas")
+    betas = cfg.optim.get("betas", (0.9, 0.999))
     if (
-        not isinstance(betas, ListConfig | list)
+        not isinstance(betas, ListConfig | list | tuple)
         or len(betas) != 2
         or not all(isinstance(b, int | float) and 0 <= b < 1 for b in betas)
     ):

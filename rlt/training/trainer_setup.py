@@ -6,23 +6,22 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from rlt.training.results import summary_by_length
-from rlt.training.spec import RunSpec, trainer_args
+from rlt.training.settings import Settings
+from rlt.training.spec import RunSpec
 
 
-def resolve_threads(cfg: DictConfig) -> int:
+def resolve_threads(settings: Settings) -> int:
     """``trainer.threads``: an integer, or ``auto``: one thread for small models (width < 256,
     where intra-op threads cost more than they give, badly so on a busy machine), else the
     cores divided by the jobs a parallel launcher runs side by side."""
-    threads = cfg.trainer.threads
+    threads = settings.threads
     if threads in (None, "auto"):
-        if cfg.scale.d_model < 256:
+        if settings.d_model < 256:
             return 1
         n_jobs = 1
         with contextlib.suppress(Exception):
@@ -141,14 +140,14 @@ def _cores() -> int:
     return os.cpu_count() or 1
 
 
-def devices_for(cfg: DictConfig):
+def devices_for(settings: Settings):
     """Lightning's ``devices``: one GPU per job, chosen by the job number, when several GPUs
     are visible and the launcher runs jobs side by side (SLURM jobs see only their own)."""
-    if cfg.trainer.accelerator != "gpu" or not torch.cuda.is_available():
-        return cfg.trainer.devices
+    if settings.accelerator != "gpu" or not torch.cuda.is_available():
+        return settings.devices
     n = torch.cuda.device_count()
-    if n <= 1 or cfg.trainer.devices != 1:
-        return cfg.trainer.devices
+    if n <= 1 or settings.devices != 1:
+        return settings.devices
     job = 0
     with contextlib.suppress(Exception):
         from hydra.core.hydra_config import HydraConfig
@@ -174,30 +173,31 @@ def quiet_lightning() -> None:
         warnings.filterwarnings("ignore", message=message)
 
 
-def make_loggers(cfg: DictConfig, spec: RunSpec, run_dir: Path) -> list:
+def make_loggers(spec: RunSpec) -> list:
     from lightning.pytorch.loggers import CSVLogger
 
+    s, run_dir = spec.settings, spec.run_dir
     loggers = []
-    if cfg.logger.csv:
+    if s.csv:
         loggers.append(CSVLogger(save_dir=str(run_dir), name="", version="csv"))
-    if cfg.logger.wandb:
+    if s.wandb:
         from lightning.pytorch.loggers import WandbLogger
 
-        w = cfg.logger.wandb
+        w = s.wandb
         os.environ.setdefault("WANDB_SILENT", "true")
         loggers.append(
             WandbLogger(
-                project=w.project,
-                entity=w.entity,
-                group=w.group,
+                project=w["project"],
+                entity=w["entity"],
+                group=w["group"],
                 job_type=w.get("job_type"),
-                tags=list(w.tags),
+                tags=list(w["tags"]),
                 name=spec.identity["cell"],
                 id=hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:16],
                 resume="allow",
-                mode=w.mode,
+                mode=w["mode"],
                 save_dir=str(run_dir),
-                config=OmegaConf.to_container(cfg, resolve=True),
+                config=s.resolved,
             )
         )
     return loggers
@@ -258,15 +258,15 @@ def build_trainer(spec: RunSpec, callbacks: list, loggers: list, live_bar: bool)
     from the config; validation, checkpoints and progress belong to the run's callbacks."""
     import lightning as L
 
-    cfg = spec.cfg
+    s = spec.settings
     return L.Trainer(
-        **{"deterministic": False, **trainer_args(cfg)},
-        accelerator=cfg.trainer.accelerator,
-        devices=devices_for(cfg),
-        precision=cfg.trainer.precision,
-        max_steps=cfg.scale.max_steps,
+        **{"deterministic": False, **s.trainer_args},
+        accelerator=s.accelerator,
+        devices=devices_for(s),
+        precision=s.precision,
+        max_steps=s.max_steps,
         accumulate_grad_batches=spec.accumulate,
-        gradient_clip_val=cfg.optim.grad_clip,
+        gradient_clip_val=s.grad_clip,
         gradient_clip_algorithm="norm",
         limit_val_batches=0,
         num_sanity_val_steps=0,
@@ -276,7 +276,7 @@ def build_trainer(spec: RunSpec, callbacks: list, loggers: list, live_bar: bool)
         enable_model_summary=False,
         logger=loggers or False,
         callbacks=callbacks,
-        log_every_n_steps=cfg.trainer.log_every_n_steps,
-        overfit_batches=cfg.debug_flags.overfit_batches,
+        log_every_n_steps=s.log_every,
+        overfit_batches=s.overfit_batches,
         default_root_dir=str(spec.run_dir),
     )

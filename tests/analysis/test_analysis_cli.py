@@ -27,7 +27,7 @@ def test_tables_cli_prints_markdown_and_writes_files(sweep: Path, tmp_path: Path
         "--length", "parity=64", "--length", "s5_swaps=48", "--compare-report",
     )  # fmt: skip
     assert p.returncode == 0, p.stderr
-    assert "## Table 1: validation acc (%) at step 300" in p.stdout
+    assert "## Table 1: validation final-label accuracy (%) at step 300" in p.stdout
     assert "| parity (64) |" in p.stdout
     assert "## Ours vs the report" in p.stdout
     assert "## Incomplete" in p.stdout and "NaN loss at step 212" in p.stdout

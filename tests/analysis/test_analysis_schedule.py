@@ -209,7 +209,7 @@ def test_cli_prints_the_table_and_writes_csv_latex_and_figures(
     out = tmp_path / "tables"
     assert tables_main([str(sched), "--out", str(out), "--no-per-seed"]) == 0
     text = capsys.readouterr().out
-    assert "## Feedback schedule: test acc (%)" in text
+    assert "## Feedback schedule: test final-label accuracy (%)" in text
     assert "| RLT-2 B=8→4→1 2+2 | 80.00 ± 10.00 |" in text
     for suffix in (".csv", ".tex", "_per_seed.csv"):
         assert (out / f"schedule_min_val_loss{suffix}").is_file()

@@ -295,3 +295,46 @@ def test_scaled_accuracy_matches_a_hand_computation(c) -> None:
             assert cell["max"] == pytest.approx(100 * max(per_seed), abs=1e-9)
             if len(per_seed) > 1:
                 assert cell["sd"] == pytest.approx(sd, abs=1e-9)
+
+
+def test_metric_titles_say_which_accuracy_each_task_reports():
+    """``acc`` is the final label on parity, mod-5 and S5 but the teacher-forced token accuracy
+    on addition (SPEC section 3: addition is scored on every answer digit, teacher-forced);
+    a title over both says so, and names the task that differs."""
+    from rlt.analysis.labels import metric_words
+    from rlt.tasks import get_task
+
+    assert get_task("addition").acc_mode == "tokens" and get_task("parity").acc_mode == "last"
+    assert metric_words("acc", ["parity", "s5_swaps"]) == "final-label accuracy"
+    assert metric_words("acc", ["addition"]) == "teacher-forced token accuracy"
+    both = metric_words("acc", ["parity_3to16", "addition"])
+    assert "final label" in both and "addition: teacher-forced token accuracy" in both
+    assert "whole-sequence" in metric_words("seq_acc", ["s5"])
+
+
+def test_a_registered_family_is_its_own_column_with_its_own_style():
+    """One entry in the family table (rlt/families.py) is all the analysis needs: a depth-only
+    family is labelled by depth, ordered after the built-in ones, and drawn in its colours.
+    In a fresh process, as the table is global."""
+    import subprocess
+    import sys
+
+    script = """
+from rlt import families
+from rlt.analysis.labels import model_key, model_style
+families.register(families.Family("gru", "x:C", "x:M", depth_only=True,
+    variants=(families.Variant("GRU", ("gru",), "YlGn", "d"),)))
+k = model_key(model="gru_small", family="gru", split="L4")
+t = model_key(model="transformer", family="transformer", split="L4")
+r = model_key(model="rlt1", family="rlt", split="2+2")
+print(k.label, k.rank > t.rank > r.rank, model_style(k)["marker"], t.label, r.label)
+try:
+    families.register(families.Family("gru2", "x:C", "x:M", True, (families.Variant("GRU"),)))
+except ValueError as e:
+    print("refused:", e)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    ).stdout.splitlines()
+    assert out[0] == "GRU 4 True d Transformer 4 RLT-1 2+2"
+    assert out[1].startswith("refused:") and "GRU" in out[1]

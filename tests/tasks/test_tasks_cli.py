@@ -67,3 +67,38 @@ def test_module_entry_point_runs():
     ).stdout
     records = [json.loads(line) for line in out.splitlines()]
     assert len(records) == 2 and records[0]["target"].endswith("<eos>")
+
+
+def test_a_task_with_tokens_of_its_own_grows_the_vocabulary_past_the_shared_140():
+    """In a fresh process (the registry is global): registering a task appends the names the
+    vocabulary lacks after id 139, reuses the ids of names it has, moves no shared id, and
+    gives the task's models 140 + (new names) outputs; the report's tasks keep 140."""
+    script = """
+import json
+from rlt.tasks import get_task, vocab
+from rlt.tasks.base import Task, register
+before = list(vocab.TOKENS)
+@register
+class Probe(Task):
+    name = "vocab_probe"
+    new_tokens = ("x", "7", "y", "x")
+    default_train_lengths = (1, 2)
+    default_test_lengths = (2,)
+    chance = None
+    def sample(self, rng, length): return None
+    def render(self, instance): raise NotImplementedError
+print(json.dumps({
+    "unchanged": vocab.TOKENS[:140] == before[:140] and len(before) == 140,
+    "ids": [vocab.TOKEN_TO_ID[n] for n in ("x", "7", "y")],
+    "decoded": vocab.decode(vocab.encode("x 7 y")),
+    "size": get_task("vocab_probe").vocab_size,
+    "parity": get_task("parity").vocab_size,
+}))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    got = json.loads(out.stdout)
+    assert got["unchanged"] and got["parity"] == 140
+    assert got["ids"] == [140, 5 + 7, 141]  # "7" is the shared digit (ids 5-14 are 0-9)
+    assert got["decoded"] == "x 7 y" and got["size"] == 142

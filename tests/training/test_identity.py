@@ -150,12 +150,12 @@ def test_policy_file_with_a_pickle_payload_is_refused(tmp_path, monkeypatch):
 
 
 def test_every_model_field_reaches_the_built_model():
-    from rlt.training.module import MODULES
+    from rlt.training.module import module_for
     from rlt.training.spec import prepare
 
     spec = prepare(compose_cfg(["experiment=tiny", "scale.d_model=64", "model.init_std=0.05"]))
     assert spec.model_kwargs["init_std"] == 0.05
-    model = MODULES[spec.family](spec.model_kwargs, {}, {}).model
+    model = module_for(spec.family)(spec.model_kwargs).model
     assert model.config.init_std == 0.05
     w = model.encoder[0].attn.qkv.weight  # a plain (non-residual) projection: N(0, init_std)
     assert 0.045 < float(w.detach().std()) < 0.055

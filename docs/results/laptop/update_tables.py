@@ -31,7 +31,7 @@ LONG = HERE / "runs" / "laptop_long"
 EARLY = HERE / "runs" / "laptop_early_stop"
 REGIONS = {
     "verdicts": ("Verdicts:", "Beyond the report:"),
-    "tables": ("Table 1:", "Test acc (%) at every", "Scaled acc", "Training cost:"),
+    "tables": ("Table 1:", "Test ", "Scaled ", "Training cost:"),
 }
 
 

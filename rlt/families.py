@@ -1,0 +1,187 @@
+"""The model families, in one table: what builds them and how the analysis names them.
+
+Every other place reads this table: config validation (``model.family`` -> its config
+dataclass), ``build_model`` (config -> model), the LightningModule per family, and the analysis
+labels, their order, colours and markers. A new family is its model file (a
+``rlt.models.base.SequenceModel``), its config dataclass and one :func:`register` call
+(docs/EXTENDING.md walks through one). No torch import here: classes are named by import path
+and loaded on first use, so the analysis can read the table cheaply.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One labelled model of a family, as tables and legends show it."""
+
+    label: str  # the label's first words: "RLT-1", "DeltaNet [0,1]", "LSTM"
+    names: tuple[str, ...] = ()  # model.name prefixes that are this variant (longest wins)
+    cmap: str = "Purples"  # matplotlib colormap giving its hue
+    marker: str = "*"  # marker of a depth-only variant (RLT markers follow the split)
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model family: ``model.family`` in the config."""
+
+    name: str
+    config: str  # "module:Class" of its config dataclass (fields = the model.* keys)
+    model: str  # "module:Class" of its SequenceModel, built as Model(config)
+    depth_only: bool  # labelled by depth alone ("Transformer 8"); False: by split (RLT)
+    variants: tuple[Variant, ...]  # the first is the family's default
+
+    def config_class(self) -> type:
+        return _load(self.config)
+
+    def model_class(self) -> type:
+        return _load(self.model)
+
+
+_TABLE: dict[str, Family] = {}
+
+
+def register(family: Family) -> Family:
+    """Add a family (a plugin's, or the built-in ones below). A name or label already taken by
+    another family is an error, so two families never share a column."""
+    if family.name in _TABLE and _TABLE[family.name] != family:
+        raise ValueError(f"model family {family.name!r} is registered twice")
+    taken = {v.label: f.name for f in _TABLE.values() for v in f.variants if f.name != family.name}
+    for v in family.variants:
+        if v.label in taken:
+            raise ValueError(
+                f"variant label {v.label!r} already belongs to family {taken[v.label]}"
+            )
+    if not family.variants:
+        raise ValueError(f"model family {family.name!r} needs at least one variant (its label)")
+    _TABLE[family.name] = family
+    return family
+
+
+def families() -> list[Family]:
+    """Every registered family, built-in ones first, in the tables' order."""
+    return list(_TABLE.values())
+
+
+def get(name: str) -> Family:
+    if name not in _TABLE:
+        raise KeyError(f"model family {name!r} is unknown; expected one of {sorted(_TABLE)}")
+    return _TABLE[name]
+
+
+def variants() -> list[Variant]:
+    """Every variant in table order: the one order of columns and legends."""
+    return [v for f in _TABLE.values() for v in f.variants]
+
+
+def variant(label: str) -> Variant | None:
+    return next((v for v in variants() if v.label == label), None)
+
+
+def depth_variant(model_name: str, family: str | None) -> str | None:
+    """The label of a depth-only model from its model.name (the longest matching prefix) or,
+    failing that, its family's default variant; None for the RLT and for unknown models."""
+    name = (model_name or "").lower()
+    matches = [
+        (len(prefix), v.label)
+        for f in _TABLE.values()
+        if f.depth_only
+        for v in f.variants
+        for prefix in v.names
+        if name.startswith(prefix)
+    ]
+    if matches:
+        return max(matches)[1]
+    fam = _TABLE.get(family or "")
+    return fam.variants[0].label if fam is not None and fam.depth_only else None
+
+
+class _DepthLabels:
+    """The labels of depth-only variants, read from the table when asked (plugins included)."""
+
+    def __contains__(self, label: object) -> bool:
+        return any(v.label == label for v in self._labels())
+
+    def __iter__(self) -> Iterator[str]:
+        return (v.label for v in self._labels())
+
+    @staticmethod
+    def _labels() -> list[Variant]:
+        return [v for f in _TABLE.values() if f.depth_only for v in f.variants]
+
+
+DEPTH_LABELS = _DepthLabels()
+
+
+class _ConfigClasses(Mapping):
+    """``model.family`` -> its config dataclass, over the live table."""
+
+    def __getitem__(self, name: str) -> type:
+        if name not in _TABLE:
+            raise KeyError(name)
+        return _TABLE[name].config_class()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(_TABLE))
+
+    def __len__(self) -> int:
+        return len(_TABLE)
+
+
+CONFIG_CLASSES = _ConfigClasses()
+
+
+def _load(path: str) -> type:
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+register(
+    Family(
+        "rlt",
+        "rlt.models.config:RLTConfig",
+        "rlt.models.rlt:RecurrentLoopedTransformer",
+        depth_only=False,
+        variants=(
+            Variant("RLT-1", ("rlt1",), "Blues"),
+            Variant("RLT-2", ("rlt2",), "Oranges"),
+            Variant("RLT-0", ("rlt0",), "Greens"),
+        ),
+    )
+)
+register(
+    Family(
+        "transformer",
+        "rlt.models.config:TransformerConfig",
+        "rlt.models.transformer:DecoderOnlyTransformer",
+        depth_only=True,
+        variants=(Variant("Transformer", ("transformer",), "Greys", "x"),),
+    )
+)
+register(
+    Family(
+        "lstm",
+        "rlt.models.config:LSTMConfig",
+        "rlt.models.lstm:LSTMModel",
+        depth_only=True,
+        variants=(Variant("LSTM", ("lstm",), "RdPu", "+"),),
+    )
+)
+register(
+    Family(
+        "deltanet",
+        "rlt.models.config:DeltaNetConfig",
+        "rlt.models.deltanet:DeltaNet",
+        depth_only=True,
+        variants=(
+            Variant("DeltaNet [-1,1]", ("deltanet",), "Reds"),
+            Variant("DeltaNet [0,1]", ("deltanet01",), "YlOrBr"),
+            Variant("Gated DeltaNet [-1,1]", ("gated_deltanet",), "Purples"),
+            Variant("Gated DeltaNet [0,1]", ("gated_deltanet01",), "GnBu"),
+        ),
+    )
+)

@@ -1,0 +1,30 @@
+"""Plugins: a lab's own modules that register tasks (rlt.tasks.base.register), model families
+(rlt.families.register) and metrics (rlt.tasks.metrics.register_metric). A run names them in
+``plugins=[...]``; training imports them before the config is checked, and the analysis imports
+the ones a run's results.json lists. Found in the current directory or on PYTHONPATH
+(docs/EXTENDING.md)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+
+def import_from_cwd() -> None:
+    """Make modules in the current directory importable (a script's own directory is on
+    sys.path, the directory it is run from is not)."""
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+
+
+def load(names) -> list[tuple[str, Exception]]:
+    """Import each module; returns the ones that failed, with their error."""
+    import_from_cwd()
+    failed = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # noqa: BLE001 - a user's module may fail in any way
+            failed.append((name, e))
+    return failed
