@@ -332,7 +332,12 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         stop_patience=s.early_stop_patience,
     )
     live_bar = s.progress_bar and sys.stdout.isatty()
-    loggers = make_loggers(spec)
+    resume_step = (
+        int(torch.load(ckpt_path, map_location="cpu", weights_only=True)["global_step"])
+        if ckpt_path
+        else None
+    )
+    loggers = make_loggers(spec, resume_step)
     trainer = build_trainer(
         spec, [recorder, *_extra_callbacks(spec, dm, recorder, live_bar)], loggers, live_bar
     )

@@ -4,8 +4,10 @@ own chatter, and the loggers (CSV always, W&B on request) with the summary they 
 from __future__ import annotations
 
 import contextlib
+import csv
 import hashlib
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -173,13 +175,24 @@ def quiet_lightning() -> None:
         warnings.filterwarnings("ignore", message=message)
 
 
-def make_loggers(spec: RunSpec) -> list:
+def make_loggers(spec: RunSpec, resume_step: int | None = None) -> list:
+    """The run's loggers; ``resume_step``: the step a resumed run continues from, whose
+    csv/metrics.csv keeps the rows logged before it (Lightning's CSV writer deletes the file
+    when it starts)."""
     from lightning.pytorch.loggers import CSVLogger
 
     s, run_dir = spec.settings, spec.run_dir
     loggers = []
     if s.csv:
-        loggers.append(CSVLogger(save_dir=str(run_dir), name="", version="csv"))
+        path = run_dir / "csv" / "metrics.csv"
+        kept = _csv_rows_before(path, resume_step) if resume_step else None
+        csv_logger = CSVLogger(save_dir=str(run_dir), name="", version="csv")
+        if kept is not None:
+            header, rows = kept
+            writer = csv_logger.experiment  # starting it deletes metrics.csv: write it back
+            _write_csv(path, header, rows)
+            writer.metrics_keys = list(header)  # new rows append under the same header
+        loggers.append(csv_logger)
     if s.wandb:
         from lightning.pytorch.loggers import WandbLogger
 
@@ -201,6 +214,30 @@ def make_loggers(spec: RunSpec) -> list:
             )
         )
     return loggers
+
+
+def _csv_rows_before(path: Path, step: int) -> tuple[list[str], list[dict]] | None:
+    """metrics.csv's header and the rows a resumed run will not log again: training rows of
+    earlier steps, validation rows up to the checkpoint's step (its validation is done)."""
+    if not path.is_file():
+        return None
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        header, rows = list(reader.fieldnames or []), list(reader)
+    train = [k for k in header if k.startswith("train/")]
+
+    def kept(row: dict) -> bool:
+        at = int(float(row.get("step") or 0))
+        return at < step or (at == step and not any(row.get(k) for k in train))
+
+    return header, [row for row in rows if kept(row)]
+
+
+def _write_csv(path: Path, header: list[str], rows: list[dict]) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=header)
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def log_results(loggers: list, results: dict[str, Any]) -> None:

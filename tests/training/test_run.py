@@ -7,6 +7,7 @@ import json
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
@@ -172,6 +173,7 @@ def test_sigterm_stops_a_run_as_interrupted_not_failed_and_it_resumes(tmp_path):
     interrupted, keeps its last.ckpt, and the same command resumes it to the results of a run
     nobody stopped. Off SLURM, nothing can have requeued it."""
     common = ["task=parity", "model=rlt1", "split=1+1", "scale.max_steps=6", "scale.val_every=2"]
+    common.append("logger=csv")
     straight = load_results(run(compose_cfg(tiny(tmp_path / "a", *common)))["run_dir"])
 
     stop = compose_cfg(
@@ -189,3 +191,16 @@ def test_sigterm_stops_a_run_as_interrupted_not_failed_and_it_resumes(tmp_path):
     resumed = load_results(run_dir)
     assert resumed["val_curve"] == straight["val_curve"]
     assert resumed["test_by_policy"] == straight["test_by_policy"]
+
+    # The per-step log keeps what came before the stop (Lightning's CSV writer would delete
+    # it), without logging a step twice: the same rows as the run nobody stopped.
+    def logged(root: Path) -> list[tuple]:
+        table = pd.read_csv(next(root.rglob("metrics.csv")))
+        return sorted(
+            (int(r["step"]), k, round(float(r[k]), 5))
+            for _, r in table.iterrows()
+            for k in ("train/loss", "val/acc", "val/loss")
+            if k in table and pd.notna(r[k])
+        )
+
+    assert logged(run_dir) == logged(tmp_path / "a")
