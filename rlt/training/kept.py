@@ -11,10 +11,10 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from rlt import rundir
+from rlt import families, rundir
 from rlt.training import identity
 from rlt.training.callbacks import load_weights
-from rlt.training.spec import RunSpec, model_config, prepare
+from rlt.training.spec import RunSpec, prepare
 
 
 @dataclass
@@ -40,8 +40,7 @@ def load_kept(run_dir: str | Path, policy: str = "min_val_loss", overrides=()) -
     cfg: DictConfig = OmegaConf.create(identity.upgraded(stored))  # written by an older version?
     cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
     spec = prepare(cfg, on_this_machine=True)
-    _, config_cls, _ = model_config(cfg)
-    model = build_model(config_cls(**spec.model_kwargs))
+    model = build_model(families.get(spec.family).config_class()(**spec.model_kwargs))
     state = load_weights(ckpt)
     model.load_state_dict(state["state_dict"])
     fb = spec.schedule.final if spec.schedule is not None else state.get("feedback_interval")

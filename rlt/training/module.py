@@ -25,6 +25,8 @@ from rlt.training import optim
 class SequenceModule(L.LightningModule):
     """Shared training logic; subclasses only name their family."""
 
+    family: str  # model.family: the config dataclass and model come from rlt/families.py
+
     def __init__(
         self,
         model_cfg: dict,
@@ -42,8 +44,6 @@ class SequenceModule(L.LightningModule):
         self.scheduler_cfg = scheduler_cfg or {}
         self.lr, self.max_steps = lr, max_steps
         self.failure = failure or None
-
-    family: str  # model.family: the config dataclass and model come from rlt/families.py
 
     def build(self, model_cfg: dict) -> nn.Module:
         return build_model(families.get(self.family).config_class()(**model_cfg))
