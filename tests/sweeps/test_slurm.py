@@ -176,8 +176,12 @@ def test_requeued_job_resumes_and_is_never_reported_failed(cluster, launch, tmp_
 
 
 def test_job_over_its_time_limit_is_requeued_and_finishes(cluster, launch, tmp_path):
-    # SLURM signals the job signal_delay_s before its 2-minute limit (30-60 s after it starts);
-    # submitit requeues it, and the run resumes, until it finishes (at most max_num_timeout).
+    # SLURM checks time limits every 30 s, so it signals the job between signal_delay_s and
+    # signal_delay_s + 30 s before its limit: with 2 minutes and 60 s, 60-90 s after the job
+    # starts. A signal that came before submitit installed its handler would kill the job
+    # (a 90 s delay signalled it 30-60 s in, which the startup of Python, torch and Lightning
+    # outlasted once on a machine busy with two training runs). submitit then requeues it,
+    # and the run resumes, until it finishes (at most max_num_timeout requeues).
     proc = launch(
         "-m",
         *TINY,
@@ -185,17 +189,17 @@ def test_job_over_its_time_limit_is_requeued_and_finishes(cluster, launch, tmp_p
         "seed=42",
         "scale.max_steps=500",
         "scale.val_every=50",
-        # >= 0.06 s per step: >= 30 s of training plus startup, past the first signal (about
-        # 30 s in) however fast the machine; short enough to finish within max_num_timeout
-        # requeues (each later run is signalled about 30 s after its start, too)
-        "callbacks.inject_failure={kind: slow, step: 0, seconds: 0.06}",
+        # >= 0.2 s per step: >= 100 s of training plus startup, past the first signal (at
+        # most 90 s in) however fast the machine; each run trains until its signal, 60-90 s
+        # after its start, so it finishes within a few requeues
+        "callbacks.inject_failure={kind: slow, step: 0, seconds: 0.2}",
         *SLURM,
         "hydra.launcher.timeout_min=2",
-        "hydra.launcher.signal_delay_s=90",
+        "hydra.launcher.signal_delay_s=60",
         "hydra.launcher.max_num_timeout=8",
         f"root={tmp_path}",
     )
-    out = finish(proc, cluster, timeout=420)
+    out = finish(proc, cluster, timeout=600)
     assert proc.returncode == 0, out
     assert "failed" not in out, out
     final = status(tmp_path / "tiny/parity/rlt1/1+1/seed42")
