@@ -176,8 +176,15 @@ def read_grid(sweep_dir: str | Path) -> dict | None:
         ) from e
 
 
+STOPPED_STATES = ("interrupted", "requeued")
+
+
 def write_status(run_dir: str | Path, state: str, **fields: Any) -> dict:
-    """Update ``status.json`` (a state of RUN_STATES plus progress fields), keeping old fields."""
+    """Update ``status.json`` (a state of RUN_STATES plus progress fields), keeping old fields.
+
+    Fields that describe the current state only are cleared when it changes: ``error`` and
+    ``traceback`` outside ``failed``, ``stopped_by`` outside the stopped states (a run that was
+    stopped and resumed keeps the record of each stop in ``stops``, written by training)."""
     path = Path(run_dir) / STATUS
     status = read_json(path, corrupt_ok=True) or {}  # a damaged status is replaced
     status.update(fields)
@@ -186,6 +193,8 @@ def write_status(run_dir: str | Path, state: str, **fields: Any) -> dict:
     if state != "failed":
         status["error"] = None
         status["traceback"] = None
+    if state not in STOPPED_STATES:
+        status.pop("stopped_by", None)
     atomic_write_json(path, status)
     return status
 

@@ -78,8 +78,10 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
         rundir.atomic_write_text(run_dir / rundir.CONFIG, OmegaConf.to_yaml(cfg, resolve=True))
         hydra_env.save_hydra_files(cfg, run_dir)
         if cfg.force:
-            # Marks a forced retrain in progress: stopped, the same command resumes it.
-            rundir.write_status(run_dir, "running", retrain=True)
+            # Marks a forced retrain in progress: stopped, the same command resumes it. A new
+            # retrain starts without the stops of the training it replaces.
+            fresh = {} if continuing else {"stops": []}
+            rundir.write_status(run_dir, "running", retrain=True, **fresh)
         if (job := slurm.job_info()) is not None:
             rundir.write_status(run_dir, "running", slurm=job)
         try:
@@ -230,10 +232,20 @@ def _stop_reason(e: BaseException) -> str | None:
 
 def _stopped(spec: RunSpec, state: str, e: BaseException, raise_on_failure: bool) -> dict[str, Any]:
     """Record a run stopped from outside (see :func:`_stop_reason`); its last.ckpt stays, so
-    the requeued job, or a relaunch of the same command, resumes it."""
+    the requeued job, or a relaunch of the same command, resumes it. ``stopped_by`` in the
+    status names the stop while the run stays stopped; ``stops`` keeps every stop (the step
+    last recorded, the cause, the state, the time) after the run resumes and finishes."""
     cell = spec.identity["cell"]
-    status = rundir.write_status(spec.run_dir, state, stopped_by=type(e).__name__)
-    step = status.get("step")
+    before = rundir.read_json(spec.run_dir / rundir.STATUS, corrupt_ok=True) or {}
+    step = before.get("step")
+    stop = {
+        "step": step,
+        "by": type(e).__name__,
+        "as": state,
+        "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    stops = [*before.get("stops", []), stop]
+    rundir.write_status(spec.run_dir, state, stopped_by=type(e).__name__, stops=stops)
     at = f" at step {step}" if step is not None else ""
     if state == "requeued":
         say(

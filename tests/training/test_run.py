@@ -188,6 +188,12 @@ def test_sigterm_stops_a_run_as_interrupted_not_failed_and_it_resumes(tmp_path):
     assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 2
 
     assert run(compose_cfg(tiny(tmp_path / "b", *common)))["state"] == "resumed"
+    # Done, the status no longer says the run is stopped, and keeps the stop in its history.
+    status = json.loads((run_dir / rundir.STATUS).read_text())
+    assert status["state"] == "done" and status["step"] == 6 and "stopped_by" not in status
+    assert [(s["step"], s["by"], s["as"]) for s in status["stops"]] == [
+        (2, "SIGTERMException", "interrupted")
+    ]
     resumed = load_results(run_dir)
     assert resumed["val_curve"] == straight["val_curve"]
     assert resumed["test_by_policy"] == straight["test_by_policy"]

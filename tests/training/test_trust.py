@@ -158,6 +158,8 @@ def test_an_interrupted_forced_retrain_leaves_no_stale_results_and_resumes(tmp_p
     old = tiny(tmp_path / "runs", *SHORT)
     run_dir = Path(run(compose_cfg(old))["run_dir"])
     old_results = (run_dir / rundir.RESULTS).read_bytes()
+    # As if the old training had been stopped and resumed once: its stop is not the retrain's.
+    rundir.write_status(run_dir, "done", stops=[{"step": 4, "by": "SIGTERMException"}])
     new = [*old, "scale.lr=0.002", "force=true"]
     stop = compose_cfg([*new, "callbacks.inject_failure={kind: sigterm, step: 3}"])
     assert run(stop, raise_on_failure=False)["state"] == "interrupted"
@@ -181,7 +183,9 @@ def test_an_interrupted_forced_retrain_leaves_no_stale_results_and_resumes(tmp_p
     resumed = load_results(run_dir)
     assert resumed["val_curve"] == straight["val_curve"]
     assert resumed["test_by_policy"] == straight["test_by_policy"]
-    assert json.loads((run_dir / rundir.STATUS).read_text()).get("retrain") is None
+    status = json.loads((run_dir / rundir.STATUS).read_text())
+    assert status.get("retrain") is None and "stopped_by" not in status
+    assert [(s["step"], s["by"]) for s in status["stops"]] == [(2, "SIGTERMException")]
 
 
 # 5. A grid is checked before its first cell trains ----------------------------------------
