@@ -183,8 +183,9 @@ def write_status(run_dir: str | Path, state: str, **fields: Any) -> dict:
     """Update ``status.json`` (a state of RUN_STATES plus progress fields), keeping old fields.
 
     Fields that describe the current state only are cleared when it changes: ``error`` and
-    ``traceback`` outside ``failed``, ``stopped_by`` outside the stopped states (a run that was
-    stopped and resumed keeps the record of each stop in ``stops``, written by training)."""
+    ``traceback`` outside ``failed``, ``stopped_by`` outside the stopped states. A stop (a
+    stopped state written with ``stopped_by``) is also appended to ``stops`` (the step last
+    recorded, the cause, the state, the time), which outlives the resume."""
     path = Path(run_dir) / STATUS
     status = read_json(path, corrupt_ok=True) or {}  # a damaged status is replaced
     status.update(fields)
@@ -195,6 +196,9 @@ def write_status(run_dir: str | Path, state: str, **fields: Any) -> dict:
         status["traceback"] = None
     if state not in STOPPED_STATES:
         status.pop("stopped_by", None)
+    elif "stopped_by" in fields:
+        stop = {"step": status.get("step"), "by": fields["stopped_by"], "as": state}
+        status["stops"] = [*status.get("stops", []), {**stop, "at": status["updated"]}]
     atomic_write_json(path, status)
     return status
 

@@ -233,19 +233,11 @@ def _stop_reason(e: BaseException) -> str | None:
 def _stopped(spec: RunSpec, state: str, e: BaseException, raise_on_failure: bool) -> dict[str, Any]:
     """Record a run stopped from outside (see :func:`_stop_reason`); its last.ckpt stays, so
     the requeued job, or a relaunch of the same command, resumes it. ``stopped_by`` in the
-    status names the stop while the run stays stopped; ``stops`` keeps every stop (the step
-    last recorded, the cause, the state, the time) after the run resumes and finishes."""
+    status names the stop while the run stays stopped; ``stops`` keeps every stop after the
+    run resumes and finishes (:func:`rlt.rundir.write_status`)."""
     cell = spec.identity["cell"]
-    before = rundir.read_json(spec.run_dir / rundir.STATUS, corrupt_ok=True) or {}
-    step = before.get("step")
-    stop = {
-        "step": step,
-        "by": type(e).__name__,
-        "as": state,
-        "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    stops = [*before.get("stops", []), stop]
-    rundir.write_status(spec.run_dir, state, stopped_by=type(e).__name__, stops=stops)
+    status = rundir.write_status(spec.run_dir, state, stopped_by=type(e).__name__)
+    step = status.get("step")
     at = f" at step {step}" if step is not None else ""
     if state == "requeued":
         say(
