@@ -4,45 +4,88 @@
     python eval.py RUN_DIR task.test_lengths=[20,512,1024]   # others
     python eval.py RUN_DIR --policy final task.test_lengths=[512]
 
-Writes ``RUN_DIR/eval_<policy>.json`` (the rows of results.json's ``test`` block at the asked
-lengths, with the checkpoint's step), leaving results.json, config.yaml and the run's identity
-untouched; ``analysis/tables.py`` reads these files and adds their lengths to the run's
-length tables and curves. Overrides are dotted ``key=value`` strings applied to the run's
-stored config for this scoring only (``task.test_lengths``, ``scale.n_test``,
-``scale.eval_batch``).
+Writes ``RUN_DIR/eval_<policy>.json``: the rows of results.json's ``test`` block at the asked
+lengths, with the config hash and the checkpoint (step, sha256) they were scored from, so the
+analysis uses them only while they describe the run results.json describes. A later call adds
+its lengths to the file's (a length scored again is replaced). results.json, config.yaml and
+the run's identity stay untouched; ``analysis/tables.py`` shows these lengths as their own rows.
+Overrides are dotted ``key=value`` strings applied to the run's stored config for this scoring
+only (``task.test_lengths``, ``scale.n_test``, ``scale.eval_batch``). Only a finished run
+(status done) is scored, and it is locked while it is: no training can start meanwhile. One
+thread unless ``--threads`` says otherwise (a shared machine stays usable).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+import time
 from pathlib import Path
 
+import yaml
+
 ALLOWED = ("task.test_lengths", "scale.n_test", "scale.eval_batch")
+# The longest sequence eval.py scores: memory grows with the length (the encoder's memory and
+# the Transformer's attention), and a typo (1000000000) must fail at once, not in the allocator.
+MAX_LENGTH = 16384
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python eval.py", description=__doc__.split("\n")[0])
-    parser.add_argument("run_dir", type=Path)
-    parser.add_argument("overrides", nargs="*", help="key=value, e.g. task.test_lengths=[20,512]")
-    parser.add_argument("--policy", default="min_val_loss", help="checkpoint policy to score")
-    a = parser.parse_args(argv)
-    bad = [o for o in a.overrides if o.split("=", 1)[0] not in ALLOWED or "=" not in o]
+class Refused(Exception):
+    """A one-line reason eval.py will not score (exit status 2)."""
+
+
+def asked_lengths(overrides: list[str]) -> list[int] | None:
+    """The lengths ``task.test_lengths=...`` asks for (None when not given), checked."""
+    given = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == "task.test_lengths"]
+    if not given:
+        return None
+    try:
+        value = yaml.safe_load(given[-1])
+    except yaml.YAMLError:
+        value = given[-1]
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise Refused(
+            f"task.test_lengths={given[-1]}: give a non-empty list of lengths, e.g. "
+            "task.test_lengths=[20,512] (or leave it out for the run's own test lengths)"
+        )
+    bad = [x for x in value if not isinstance(x, int) or isinstance(x, bool) or x < 1]
     if bad:
-        print(f"error: {bad}: eval.py takes {', '.join(ALLOWED)} (key=value)", file=sys.stderr)
-        return 2
+        raise Refused(f"task.test_lengths: {bad} are not positive whole lengths")
+    too_long = [x for x in value if x > MAX_LENGTH]
+    if too_long:
+        raise Refused(
+            f"task.test_lengths: {too_long} exceed eval.py's {MAX_LENGTH} tokens per sequence "
+            "(memory grows with the length); score shorter lengths"
+        )
+    return sorted(set(value))
+
+
+def merged(path: Path, stamp: dict, rows: list[dict]) -> list[dict]:
+    """The new rows plus those an earlier call wrote of the same checkpoint at other lengths."""
+    from rlt import rundir
+
+    earlier = rundir.read_json(path, corrupt_ok=True) or {}
+    if any(earlier.get(k) != v for k, v in stamp.items()):
+        return rows  # another checkpoint or config: start the file anew
+    new = {r["length"] for r in rows}
+    kept = [
+        r for r in earlier.get("rows") or [] if isinstance(r, dict) and r.get("length") not in new
+    ]
+    return sorted(kept + rows, key=lambda r: (r["length"], r["metric"]))
+
+
+def score(run_dir: Path, policy: str, overrides: list[str]) -> int:
+    from rlt import rundir
+    from rlt.tasks.data import TaskDataModule
     from rlt.training.evaluate import evaluate_lengths
     from rlt.training.kept import load_kept
-    from rlt.training.spec import ConfigError
 
-    try:
-        kept = load_kept(a.run_dir, a.policy, a.overrides)
-    except (FileNotFoundError, ConfigError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    from rlt.tasks.data import TaskDataModule
-
+    lengths = asked_lengths(overrides)
+    if lengths is not None:  # every asked length, not the preset's spread of them
+        overrides = [*overrides, "scale.test_lengths_limit=null"]
+    kept = load_kept(run_dir, policy, overrides)
     spec = kept.spec
     dm = TaskDataModule(
         task=spec.task,
@@ -52,19 +95,64 @@ def main(argv: list[str] | None = None) -> int:
         eval_batch_size=spec.cfg.scale.eval_batch,
     )
     with_exact = "exact" in getattr(spec.task, "metrics", ())
+    start = time.perf_counter()
+
+    def progress(length: int, metrics: dict) -> None:
+        print(
+            f"{length:>6}  acc {100 * metrics['acc']:6.2f}%   "
+            f"({time.perf_counter() - start:.0f} s)",
+            flush=True,
+        )
+
+    print(f"scoring {run_dir} ({policy}, step {kept.step}) at {spec.test_lengths}", flush=True)
     rows = evaluate_lengths(
         kept.model,
         dm.test_dataloaders(spec.test_lengths),
         with_exact=with_exact,
         acc_mode=spec.task.acc_mode,
+        progress=progress,
     )
-    out = a.run_dir / f"eval_{a.policy}.json"
-    out.write_text(json.dumps({"policy": a.policy, "step": kept.step, "rows": rows}, indent=2))
-    for length in spec.test_lengths:
-        acc = next(r["value"] for r in rows if r["length"] == length and r["metric"] == "acc")
-        print(f"{length:>6}  acc {100 * acc:6.2f}%")
+    stamp = rundir.scored_stamp(run_dir, policy, kept.step)
+    out = rundir.eval_path(run_dir, policy)
+    rundir.atomic_write_json(out, {**stamp, "rows": merged(out, stamp, rows)})
     print(f"wrote {out}", file=sys.stderr)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python eval.py", description=__doc__.split("\n")[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("overrides", nargs="*", help="key=value, e.g. task.test_lengths=[20,512]")
+    parser.add_argument("--policy", default="min_val_loss", help="checkpoint policy to score")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
+    a = parser.parse_args(argv)
+    bad = [o for o in a.overrides if o.split("=", 1)[0] not in ALLOWED or "=" not in o]
+    if bad:
+        print(f"error: {bad}: eval.py takes {', '.join(ALLOWED)} (key=value)", file=sys.stderr)
+        return 2
+    if a.threads < 1:
+        print(f"error: --threads {a.threads}: give 1 or more", file=sys.stderr)
+        return 2
+    import torch
+
+    from rlt import rundir
+    from rlt.training.spec import ConfigError
+
+    torch.set_num_threads(a.threads)
+    if not a.run_dir.is_dir():
+        print(
+            f"error: {a.run_dir} is not a directory: give a run directory train.py wrote",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        with rundir.run_lock(a.run_dir) as got:
+            if not got:
+                raise Refused(f"{a.run_dir} is being trained by another process; score it later")
+            return score(a.run_dir, a.policy, a.overrides)
+    except (Refused, FileNotFoundError, ConfigError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -19,10 +19,13 @@ def import_from_cwd() -> None:
 
 
 def load(names) -> list[tuple[str, Exception]]:
-    """Import each module; returns the ones that failed, with their error."""
+    """Import each module, in sorted order: the ids of the tokens a plugin task adds follow the
+    import order, and the order a run lists its plugins in is not part of its identity, so
+    ``plugins=[a,b]`` and ``plugins=[b,a]`` must give one vocabulary. Returns the modules that
+    failed, with their error."""
     import_from_cwd()
     failed = []
-    for name in names:
+    for name in sorted(set(names)):
         try:
             importlib.import_module(name)
         except Exception as e:  # noqa: BLE001 - a user's module may fail in any way

@@ -31,7 +31,6 @@ checkpoint; ``python -m rlt.probe RUN_DIR`` runs it on a kept checkpoint.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,6 +40,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from rlt import rundir
 from rlt.tasks import vocab
 from rlt.tasks.base import Example, Task
 
@@ -283,14 +283,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--policy", default="min_val_loss", help="checkpoint policy to probe")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
     args = parser.parse_args(argv)
+    torch.set_num_threads(max(1, args.threads))
     try:
         block = probe_run_dir(args.run_dir, args.policy)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out = args.run_dir / "probe.json"
-    out.write_text(json.dumps(block, indent=2))
+    out = args.run_dir / rundir.PROBE
+    block = {**rundir.scored_stamp(args.run_dir, args.policy, block["step"]), **block}
+    rundir.atomic_write_json(out, block)  # replaces a symlink there, never writes through it
     print(format_probe(block))
     print(f"wrote {out}", file=sys.stderr)
     return 0

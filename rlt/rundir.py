@@ -12,6 +12,10 @@ split for the RLT family, ``L<n>`` for depth-only baselines) unless Hydra's ``hy
                         slurm (job id, queue id, restart count, node) inside a SLURM job
     results.json        everything analysis needs (README "results.json")
     results.replaced.json  the results a force=true retrain replaces (moved aside at its start)
+    eval_<policy>.json  test rows eval.py scored later from checkpoints/<policy>.pt, and
+    probe.json          the state probe of ``python -m rlt.probe``: each records the config hash
+                        and checkpoint it scored (:func:`scored_stamp`); set aside as
+                        ``<name>.replaced.json`` with results.json by a retrain
     diagnostics.json    feedback-path diagnostics (callbacks.diagnostics_every), optional
     train.log           progress lines (and Hydra's log)
     csv/metrics.csv     Lightning's CSV log
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import platform
@@ -146,21 +151,27 @@ def read_json(path: str | Path, *, corrupt_ok: bool = False) -> dict | None:
         return None
     try:
         with open(path) as f:
-            return json.load(f)
+            obj = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError):
         if corrupt_ok:
             return None
         raise
+    if not isinstance(obj, dict):  # valid JSON, but not the object every run file is
+        if corrupt_ok:
+            return None
+        raise ValueError(f"{path} holds a JSON {type(obj).__name__}, not an object")
+    return obj
 
 
 class UnreadableGrid(ValueError):
     """A sweep's grid file exists but does not parse (a crash or a full disk while writing)."""
 
 
-def read_grid(sweep_dir: str | Path) -> dict | None:
+def read_grid(sweep_dir: str | Path, keys: tuple[str, ...] = ()) -> dict | None:
     """The sweep's grid file (grid.json, or sweep.json of early versions) as a dict, or None
     when there is none. A file that does not parse raises :class:`UnreadableGrid`, whose message
-    names the file and the fix; readers report it and go on with the runs on disk."""
+    names the file and the fix; readers report it and go on with the runs on disk. So does a
+    cell lacking one of ``keys`` (what the reader needs of every cell)."""
     path = next((Path(sweep_dir) / g for g in GRID_FILES if (Path(sweep_dir) / g).is_file()), None)
     if path is None:
         return None
@@ -168,12 +179,87 @@ def read_grid(sweep_dir: str | Path) -> dict | None:
         grid = read_json(path)
         if not isinstance(grid, dict) or not isinstance(grid.get("cells", []), list):
             raise ValueError("not a grid")
-        return grid
     except (OSError, ValueError) as e:
         raise UnreadableGrid(
             f"{path} is unreadable ({type(e).__name__}), so the cells it expects are unknown; "
             "relaunch the grid (the same train.py -m command) to rewrite it"
         ) from e
+    for i, cell in enumerate(grid.get("cells", [])):
+        lacks = [k for k in keys if not isinstance(cell, dict) or k not in cell]
+        if lacks:
+            raise UnreadableGrid(
+                f"{path}: cell {i} lacks {', '.join(lacks)}, so the cells it expects are unknown; "
+                "relaunch the grid (the same train.py -m command) to rewrite it"
+            )
+    return grid
+
+
+# What eval.py and ``python -m rlt.probe`` write beside a finished run's results, scored from
+# one kept checkpoint after training; a forced retrain sets them aside with results.json.
+PROBE = "probe.json"
+EVAL_GLOB = "eval_*.json"
+REPLACED_SUFFIX = ".replaced.json"
+
+
+def eval_path(run_dir: str | Path, policy: str) -> Path:
+    return Path(run_dir) / f"eval_{policy}.json"
+
+
+def scored_files(run_dir: str | Path) -> list[Path]:
+    """The eval_<policy>.json files and probe.json of a run (not those a retrain set aside)."""
+    run_dir = Path(run_dir)
+    found = [p for p in sorted(run_dir.glob(EVAL_GLOB)) if not p.name.endswith(REPLACED_SUFFIX)]
+    return found + ([run_dir / PROBE] if (run_dir / PROBE).is_file() else [])
+
+
+def config_hash(run_dir: str | Path) -> str:
+    """results.json's ``config_hash`` of the run's config.yaml as it is on disk now."""
+    return hashlib.sha1((Path(run_dir) / CONFIG).read_bytes()).hexdigest()[:12]
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def scored_stamp(run_dir: str | Path, policy: str, step: int) -> dict[str, Any]:
+    """What a file scored from a kept checkpoint records of it: the configuration (config.yaml's
+    hash, as results.json has it) and the checkpoint (policy, step, the file's sha256)."""
+    ckpt = Path(run_dir) / CKPT_DIR / f"{policy}.pt"
+    return {
+        "policy": policy,
+        "step": int(step),
+        "config_hash": config_hash(run_dir),
+        "checkpoint": {"file": f"{CKPT_DIR}/{policy}.pt", "sha256": file_sha256(ckpt)},
+    }
+
+
+def scored_mismatch(block: Any, results: dict) -> str | None:
+    """Why a scored file (eval_<policy>.json, probe.json) does not describe the run that
+    results.json describes, or None when it does: the same config hash, and the step of its
+    policy's checkpoint in results.json."""
+    if not isinstance(block, dict):
+        return "it is not a JSON object"
+    if block.get("config_hash") is None:
+        return "it records no config_hash (written before outputs were tied to their run)"
+    if block["config_hash"] != results.get("config_hash"):
+        return (
+            f"its config_hash {block['config_hash']} is not results.json's "
+            f"{results.get('config_hash')} (the run was retrained with another config)"
+        )
+    policy = block.get("policy")
+    kept = (results.get("test_by_policy") or {}).get(policy) or {}
+    if policy == "min_val_loss" and not kept:
+        kept = results.get("selection") or {}
+    if kept.get("step") != block.get("step"):
+        return (
+            f"it scored the {policy} checkpoint of step {block.get('step')}, results.json's is "
+            f"of step {kept.get('step')}"
+        )
+    return None
 
 
 STOPPED_STATES = ("interrupted", "requeued")
@@ -198,7 +284,9 @@ def write_status(run_dir: str | Path, state: str, **fields: Any) -> dict:
         status.pop("stopped_by", None)
     elif "stopped_by" in fields:
         stop = {"step": status.get("step"), "by": fields["stopped_by"], "as": state}
-        status["stops"] = [*status.get("stops", []), {**stop, "at": status["updated"]}]
+        earlier = status.get("stops")
+        earlier = earlier if isinstance(earlier, list) else []  # a damaged list starts anew
+        status["stops"] = [*earlier, {**stop, "at": status["updated"]}]
     atomic_write_json(path, status)
     return status
 

@@ -214,6 +214,6 @@ def test_eval_scores_a_kept_checkpoint_at_new_lengths_and_the_tables_read_it(tmp
     assert {r["length"] for r in scored["rows"]} == {20, 300}
     assert scored["step"] == json.loads(before)["selection"]["step"]
     table = length_table(collect([tmp_path / "tiny"]))
-    assert "parity_prefix / 300" in set(table.data["row"])
+    assert "parity_prefix / 300 (eval.py)" in set(table.data["row"])
     refused = eval_py("scale.lr=1")
     assert refused.returncode == 2 and "eval.py takes" in refused.stderr

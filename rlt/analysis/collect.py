@@ -58,8 +58,10 @@ class Collection:
                 runs whose results enter tables and `state` saying why the others do not.
     val:        KEYS + step, metric, value: the in-distribution validation curve.
     train:      KEYS + step, metric, value: the training curve (loss).
-    test:       KEYS + policy, policy_step, length, metric, value: length generalization per
-                checkpoint policy (min_val_loss is the report's).
+    test:       KEYS + policy, policy_step, length, metric, value, scored_later: length
+                generalization per checkpoint policy (min_val_loss is the report's);
+                scored_later marks the lengths eval.py scored after training (its own rows in
+                the tables, never the headline length).
     expected:   row, task, preset, label, model, split, seed: the cells the grid asks for.
     incomplete: one row per expected cell without usable results and per unusable run dir.
     probe:      KEYS + target, bucket, value: the state probe of the selected checkpoint
@@ -160,7 +162,12 @@ def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Col
     keys = runs.loc[runs["used"], KEYS]
     val = _long(val_rows, ["run_id", "step", "metric", "value"], keys)
     train = _long(train_rows, ["run_id", "step", "metric", "value"], keys)
-    test = _long(test_rows, ["run_id", "policy", "policy_step", "length", "metric", "value"], keys)
+    test = _long(
+        test_rows,
+        ["run_id", "policy", "policy_step", "length", "metric", "value", "scored_later"],
+        keys,
+    )
+    test["scored_later"] = test["scored_later"].astype(bool)
     probe = _long(probe_rows, ["run_id", "target", "bucket", "value"], keys)
     return Collection(
         sweep_dirs=sweep_dirs,
@@ -296,8 +303,9 @@ def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, l
     if val:
         rec["step"] = max(r["step"] for r in val)
     test = test_rows(rid, results)
-    test += eval_rows(rid, run_dir, {(r["policy"], r["length"]) for r in test})
-    return rec, val, train, test, probe_rows(rid, results, run_dir), warnings
+    known = {(r["policy"], r["length"]) for r in test}
+    test += eval_rows(rid, run_dir, results, known, warnings)
+    return rec, val, train, test, probe_rows(rid, results, run_dir, warnings), warnings
 
 
 def _load_plugins(names: Any, run_dir: Path) -> list[str]:

@@ -31,7 +31,7 @@ def expected_cells(
     for sd in sweep_dirs:
         in_sweep = runs[runs["sweep_dir"] == str(sd)]
         try:
-            grid = read_grid(sd)
+            grid = read_grid(sd, keys=("task", "model", "seed"))
         except UnreadableGrid as e:
             warnings.append(str(e))
             print(f"warning: {e}", file=sys.stderr)

@@ -119,8 +119,13 @@ def _legend(fig: plt.Figure, axes: Sequence[plt.Axes]) -> None:
 def length_points(
     c: Collection, row: str, *, policy: str = "min_val_loss", metric: str = "acc"
 ) -> pd.DataFrame:
-    """Accuracy (%) per model and test length: the points of a length-generalization curve."""
+    """Accuracy (%) per model and test length: the points of a length-generalization curve.
+    A length eval.py scored later is drawn only where every seed of the model has it (a
+    single-seed point would stand under a mean over all seeds)."""
     t = c.test[(c.test["row"] == row) & (c.test["policy"] == policy) & (c.test["metric"] == metric)]
+    seeds = t[~t["scored_later"]].groupby("label")["run_id"].nunique()
+    have = t.groupby(["label", "length"])["run_id"].transform("nunique")
+    t = t[~t["scored_later"] | (have == t["label"].map(seeds))]
     stats = seed_stats(t.assign(value=t["value"] * 100), ["label", "length"])
     stats.insert(0, "row", row)
     order = {lab: i for i, lab in enumerate(c.labels)}

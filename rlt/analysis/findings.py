@@ -366,6 +366,16 @@ def by_preset(c: Collection) -> list[tuple[str, Collection]]:
     ]
 
 
+def _learned_seeds(stat: _Cells, cell: Cell) -> str | None:
+    """ "<column> k/n": how many of a cell's seeds learned the task in distribution on their
+    own (validation at the selected checkpoint >= the prerequisite's threshold)."""
+    s = stat.learned(cell)
+    if s is None or not s.values:
+        return None
+    threshold, _ = learned_threshold(cell.task, cell.column)
+    return f"{cell.column} {sum(v >= threshold for v in s.values)}/{len(s.values)}"
+
+
 def _judge_finding(f: Finding, stat: _Cells) -> tuple[str, str, str, str]:
     """(verdict, reason, ours, seeds meeting) of one finding on one budget's cells."""
     verdicts, meeting = [], []
@@ -380,7 +390,11 @@ def _judge_finding(f: Finding, stat: _Cells) -> tuple[str, str, str, str]:
         why = prerequisite(clause, {x: stat.learned(x) for x in cells})
         verdicts.append((NOT_TESTABLE, why) if why else judge(clause, a, b, chance))
         what = f"{clause.kind} {clause.b.column}" if clause.b else clause.kind
-        meeting.append(f"{clause.a.name()} {what}: {seeds_meeting(clause, a, b, chance)}")
+        met = f"{clause.a.name()} {what}: {seeds_meeting(clause, a, b, chance)}"
+        learned = [] if clause.direct else [_learned_seeds(stat, x) for x in cells]
+        if any(learned):
+            met += " (learned " + ", ".join(x for x in learned if x) + ")"
+        meeting.append(met)
     verdict, reason = combine(verdicts)
     if len({v for v, _ in verdicts}) > 1:  # say what every clause found, the deciding ones first
         ranked = sorted(verdicts, key=lambda vr: vr[0] != verdict)
@@ -441,7 +455,9 @@ def verdict_table(
             "accuracy at the final step (in distribution); each budget judged on its own runs",
             "budgets: " + "; ".join(f"{k} = {v}" for k, v in meanings.items()),
             "ours = mean ± SD over n seeds; seeds meeting = how many of the cell's seeds meet "
-            "each clause on their own (exact >= 99, chance <= chance + 10, above > B's mean)",
+            "each clause on their own (exact >= 99, chance <= chance + 10, above > B's mean), "
+            "and in brackets how many of each cell's seeds learned the task in distribution on "
+            "their own (the prerequisite's threshold)",
         ],
     )
 

@@ -9,24 +9,47 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rlt import rundir
+
 # Numbers in curve points that describe the evaluation rather than measure the model.
 _NOT_METRICS = {"step", "feedback_interval", "epoch"}
 
 
-def probe_rows(rid: str, results: dict, run_dir: Path | None = None) -> list[dict]:
+def scored_block(path: Path, results: dict, warnings: list[str]) -> dict | None:
+    """The JSON object of an eval_<policy>.json or probe.json when it was scored from the
+    checkpoint and configuration results.json describes; otherwise None, and a warning naming
+    the file, why it does not belong to the run, and how to score it again."""
+    try:
+        block = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        warnings.append(f"{path}: unreadable ({type(e).__name__}); ignored")
+        return None
+    why = rundir.scored_mismatch(block, results)
+    if why is not None:
+        again = "python -m rlt.probe" if path.name == rundir.PROBE else "python eval.py"
+        warnings.append(f"{path}: ignored, {why}; score the run again with {again} {path.parent}")
+        return None
+    return block
+
+
+def probe_rows(
+    rid: str, results: dict, run_dir: Path | None = None, warnings: list[str] | None = None
+) -> list[dict]:
     """The state probe of the selected checkpoint (results.json "probe", rlt/probe.py; for a run
     trained before the probe existed, the ``probe.json`` that ``python -m rlt.probe`` wrote
-    beside it): one row per (target, position bucket) with the probe accuracy as a fraction, and
-    target "rms" with the representation's RMS norm per bucket."""
+    beside it, when it scored this run's checkpoint): one row per (target, position bucket)
+    with the probe accuracy as a fraction, and target "rms" with the representation's RMS norm
+    per bucket."""
     block = results.get("probe") or {}
-    if not block and run_dir is not None and (run_dir / "probe.json").is_file():
-        try:
-            block = json.loads((run_dir / "probe.json").read_text())
-        except (OSError, ValueError):
-            block = {}
+    path = run_dir / rundir.PROBE if run_dir is not None else None
+    if not block and path is not None and path.is_file():
+        block = scored_block(path, results, warnings if warnings is not None else []) or {}
+    if not isinstance(block, dict):
+        return []
     rows = [
         {"run_id": rid, "target": name, "bucket": b, "value": float(v) / 100}
         for name, t in (block.get("targets") or {}).items()
+        if isinstance(t, dict)
         for b, v in (t.get("by_bucket") or {}).items()
         if is_number(v)
     ]
@@ -38,21 +61,28 @@ def probe_rows(rid: str, results: dict, run_dir: Path | None = None) -> list[dic
     ]
 
 
-def eval_rows(rid: str, run_dir: Path, known: set[tuple[str, int]]) -> list[dict]:
-    """Test rows that ``eval.py`` scored after training (``eval_<policy>.json``), at lengths the
-    run's results.json does not hold for that policy."""
+def eval_rows(
+    rid: str, run_dir: Path, results: dict, known: set[tuple[str, int]], warnings: list[str]
+) -> list[dict]:
+    """Test rows that ``eval.py`` scored after training (``eval_<policy>.json``) from the
+    checkpoints results.json describes, at lengths results.json does not hold for that policy.
+    They carry ``scored_later=True``: the analysis shows them as rows of their own, never in
+    place of the run's own test lengths."""
     rows = []
-    for path in sorted(run_dir.glob("eval_*.json")):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
+    for path in rundir.scored_files(run_dir):
+        if path.name == rundir.PROBE:
             continue
-        if not isinstance(data, dict):
+        data = scored_block(path, results, warnings)
+        if data is None:
             continue
         policy, step = str(data.get("policy")), data.get("step")
-        for r in data.get("rows") or []:
+        for r in data.get("rows") if isinstance(data.get("rows"), list) else []:
+            if not isinstance(r, dict):
+                continue
             length = r.get("length")
-            if (policy, length) in known or length is None or not is_number(r.get("value")):
+            if not isinstance(length, int) or isinstance(length, bool) or length < 1:
+                continue
+            if (policy, length) in known or not is_number(r.get("value")):
                 continue
             rows.append(
                 {
@@ -62,6 +92,7 @@ def eval_rows(rid: str, run_dir: Path, known: set[tuple[str, int]]) -> list[dict
                     "length": int(length),
                     "metric": str(r.get("metric", "acc")),
                     "value": float(r["value"]),
+                    "scored_later": True,
                 }
             )
     return rows
@@ -82,6 +113,7 @@ def test_rows(rid: str, results: dict) -> list[dict]:
             "length": int(r["length"]),
             "metric": str(r.get("metric", "acc")),
             "value": float(r["value"]),
+            "scored_later": False,
         }
         for policy, block in by_policy.items()
         for r in (block or {}).get("rows") or []

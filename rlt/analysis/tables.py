@@ -88,8 +88,10 @@ def generalization_table(
     for row in c.rows:
         task = c.row_task(row)
         here = t[t["row"] == row]
+        # The default length is one every run was tested at, never one eval.py added later.
+        own = sorted(here.loc[~here["scored_later"], "length"].unique())
         available = sorted(here["length"].unique())
-        length = _pick_length(available, task, row, lengths, default_lengths)
+        length = _pick_length(own or available, task, row, lengths, default_lengths)
         if length is not None and available and length not in available:
             notes.append(
                 f"{row}: no {metric} at length {length} under policy {policy} "
@@ -134,6 +136,7 @@ def scaled_accuracy_table(
         (c.test["policy"] == policy)
         & (c.test["metric"] == metric)
         & c.test["length"].between(lo, hi)
+        & ~c.test["scored_later"]  # the same lengths for every run
     ]
     t = t[t["length"] > t["run_id"].map(longest).fillna(0)]
     chance = c.runs.set_index("run_id")["chance"]
@@ -171,17 +174,26 @@ def length_table(
     metric: str = "acc",
     columns: Sequence[str] | None = None,
 ) -> Table:
-    """Test accuracy at every tested length: the length curves as numbers."""
+    """Test accuracy at every tested length: the length curves as numbers. Lengths only
+    eval.py scored (after training, maybe for some seeds only) are rows of their own, marked
+    "(eval.py)", each cell with its own n."""
     t = c.test[(c.test["policy"] == policy) & (c.test["metric"] == metric)]
     columns = list(columns) if columns is not None else c.labels
+    later = {
+        (row, n) for row, n in t.loc[t["scored_later"], ["row", "length"]].itertuples(index=False)
+    }
+
+    def key_of(row: str, length: int) -> str:
+        return f"{row} / {length}" + (" (eval.py)" if (row, length) in later else "")
+
     keys, row_of = [], {}
     for row in c.rows:
         for length in sorted(t.loc[t["row"] == row, "length"].unique()):
-            key = f"{row} / {length}"
+            key = key_of(row, length)
             keys.append(key)
             row_of[key] = row
     values = t.assign(
-        row=[f"{r} / {n}" for r, n in zip(t["row"], t["length"])],
+        row=[key_of(r, n) for r, n in zip(t["row"], t["length"])],
         column=t["label"],
         value=t["value"] * 100,
     )
@@ -197,6 +209,11 @@ def length_table(
         "mean ± SD over seeds",
     )
     table.index_header = "task / length"
+    if later:
+        table.notes.append(
+            "(eval.py): a length scored after training by eval.py, not one of the runs' own "
+            "test lengths; n in each cell says how many seeds have it"
+        )
     return table
 
 
@@ -304,7 +321,11 @@ def probe_table(c: Collection, *, metric: str = "acc") -> Table:
     p = c.probe
     if p.empty:
         return Table("probe", "State probe: no run carries one", pd.DataFrame(), pd.DataFrame())
-    t = c.test[(c.test["policy"] == "min_val_loss") & (c.test["metric"] == metric)]
+    t = c.test[
+        (c.test["policy"] == "min_val_loss")
+        & (c.test["metric"] == metric)
+        & ~c.test["scored_later"]
+    ]
     frames, keys, row_of = [], [], {}
     for row in c.rows:
         here = p[p["row"] == row]

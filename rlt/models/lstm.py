@@ -11,6 +11,7 @@ uniform. ``init_std`` is not used by this model.
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from rlt.models.base import SequenceModel
@@ -36,8 +37,18 @@ class LSTMModel(SequenceModel):
 
     def forward(self, tokens: Tensor) -> Tensor:
         """tokens (N, T) long -> logits (N, T, V), from the zero state."""
-        h, _ = self.lstm(self.embed(tokens))  # (N, T, d)
+        h, _ = self._lstm(self.embed(tokens))  # (N, T, d)
         return self.head(h)
+
+    def _lstm(self, x: Tensor, hc: tuple[Tensor, Tensor] | None = None):
+        """``self.lstm``; under CPU autocast (bf16-mixed) in float32: oneDNN's bfloat16 LSTM
+        needs AVX-512 BF16 or AMX, which many CPUs lack ("could not create a primitive
+        descriptor"), and the recurrence is where low precision would hurt most."""
+        if x.device.type != "cpu" or not torch.is_autocast_enabled("cpu"):
+            return self.lstm(x, hc)
+        with torch.autocast(device_type="cpu", enabled=False):
+            wide = None if hc is None else (hc[0].float(), hc[1].float())
+            return self.lstm(x.float(), wide)
 
     def init_state(self, batch_size: int) -> LSTMState:
         c = self.config
@@ -49,7 +60,7 @@ class LSTMModel(SequenceModel):
         n, t = tokens.shape
         if t == 0:
             return self.head.weight.new_zeros(n, 0, self.config.vocab_size), state
-        out, (h, c) = self.lstm(self.embed(tokens), (state.h, state.c))
+        out, (h, c) = self._lstm(self.embed(tokens), (state.h, state.c))
         return self.head(out), LSTMState(position=state.position + t, h=h, c=c)
 
     def step(self, token: Tensor, state: LSTMState) -> tuple[Tensor, LSTMState]:

@@ -69,6 +69,12 @@ def register_metric(name: str):
         raise ValueError(f"metric {name!r} is built in; pick another name")
 
     def add(fn):
+        if name in EXTRA:  # as task and family names: two plugins never share one silently
+            first = EXTRA[name]
+            raise ValueError(
+                f"metric name {name!r} registered twice ({first.__module__}.{first.__qualname__} "
+                f"and {fn.__module__}.{fn.__qualname__}); rename one of them"
+            )
         EXTRA[name] = fn
         return fn
 

@@ -101,8 +101,10 @@ def precheck(argv: list[str]) -> None:
     refused: list[str] = []
     start = time.perf_counter()
     hydra_args = [a for a in args if _is_hydra_arg(a)]
-    if any(a.lstrip("+~").startswith(("hydra.searchpath", "hydra.job.config")) for a in hydra_args):
-        return  # another config search path: composing here would not see it
+    if any(a.lstrip("+~").startswith("hydra.job.config") for a in hydra_args):
+        return  # Hydra's job config changed: composing here would not see it
+    # A plugin's config directory (docs/EXTENDING.md): each job is composed with it, as Hydra will.
+    searchpath = [a for a in hydra_args if a.lstrip("+~").startswith("hydra.searchpath")]
     moved = any(a.lstrip("+~").startswith(("hydra.run.dir", "hydra.sweep.")) for a in hydra_args)
     with initialize_config_dir(config_dir=str(_CONF_DIR), version_base="1.3", job_name="train"):
         try:
@@ -111,7 +113,7 @@ def precheck(argv: list[str]) -> None:
                 print(
                     f"checking the {len(jobs)} jobs of this grid ...", file=sys.stderr, flush=True
                 )
-            configs = [compose_job(job) for job in jobs]
+            configs = [compose_job([*job, *searchpath]) for job in jobs]
         except Exception:  # noqa: BLE001 - Hydra reports what it cannot compose, before writing
             return
         for cfg in configs:

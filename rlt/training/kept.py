@@ -14,7 +14,7 @@ from torch import nn
 from rlt import families, rundir
 from rlt.training import identity
 from rlt.training.callbacks import load_weights
-from rlt.training.spec import RunSpec, prepare
+from rlt.training.spec import ConfigError, RunSpec, prepare
 
 
 @dataclass
@@ -24,24 +24,55 @@ class Kept:
     step: int
 
 
+def require_finished(run_dir: Path) -> None:
+    """Refuse a run that is not done (its kept checkpoints may still change), in one line."""
+    if not run_dir.is_dir():
+        raise FileNotFoundError(
+            f"{run_dir} is not a directory: give a run directory train.py wrote"
+        )
+    status = rundir.read_json(run_dir / rundir.STATUS, corrupt_ok=True)
+    state = (status or {}).get("state")
+    has_results = (run_dir / rundir.RESULTS).is_file()
+    if state != "done" or not has_results:
+        at = f" at step {status.get('step')} of {status.get('max_steps')}" if status else ""
+        raise ConfigError(
+            f"{run_dir} is not a finished run (state {state!r}{at}, results.json "
+            f"{'present' if has_results else 'missing'}); score it once train.py has finished it"
+        )
+
+
 def load_kept(run_dir: str | Path, policy: str = "min_val_loss", overrides=()) -> Kept:
     """The run's model with the ``policy`` checkpoint loaded; ``overrides`` (dotted
     ``key=value`` strings, e.g. ``task.test_lengths=[20,512]``) change the stored config for
-    this scoring only (what the run is, its identity and results.json, stay as they are)."""
+    this scoring only (what the run is, its identity and results.json, stay as they are).
+    Raises FileNotFoundError or ConfigError with one line naming the file and the fix."""
     from rlt.models import build_model
 
     run_dir = Path(run_dir)
+    if policy not in rundir.POLICIES:
+        raise ConfigError(
+            f"--policy {policy!r} is not a checkpoint policy; use one of {', '.join(rundir.POLICIES)}"
+        )
+    require_finished(run_dir)
     config = run_dir / rundir.CONFIG
     ckpt = run_dir / rundir.CKPT_DIR / f"{policy}.pt"
     for path, what in ((config, "its config.yaml"), (ckpt, f"the {policy} checkpoint")):
         if not path.is_file():
             raise FileNotFoundError(f"{run_dir} lacks {what} ({path}): score a run that kept it")
-    stored = OmegaConf.to_container(OmegaConf.load(config))
+    try:
+        stored = identity.stored_config(run_dir)
+    except identity.UnreadableConfig as e:
+        raise ConfigError(f"{e}; this is not a run directory train.py wrote") from e
     cfg: DictConfig = OmegaConf.create(identity.upgraded(stored))  # written by an older version?
     cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
-    spec = prepare(cfg, on_this_machine=True)
+    spec = prepare(cfg, on_this_machine=True, scoring=True)
     model = build_model(families.get(spec.family).config_class()(**spec.model_kwargs))
-    state = load_weights(ckpt)
+    try:
+        state = load_weights(ckpt)
+    except Exception as e:  # a damaged file: torch's message is many lines
+        raise ConfigError(
+            f"{ckpt} does not load ({type(e).__name__}); retrain the run (force=true) to rewrite it"
+        ) from e
     model.load_state_dict(state["state_dict"])
     fb = spec.schedule.final if spec.schedule is not None else state.get("feedback_interval")
     if spec.family == "rlt" and fb:

@@ -161,7 +161,7 @@ def check(optim_cfg: dict[str, Any], scheduler_cfg: dict[str, Any]) -> None:
     probe = nn.Linear(1, 1)
     try:
         opt = build_optimizer(probe, optim_cfg, lr=1e-3)
-        build_scheduler(opt, scheduler_cfg, max_steps=2)
+        sched = build_scheduler(opt, scheduler_cfg, max_steps=2)
     except OptimConfigError:
         raise
     except (TypeError, ValueError) as e:
@@ -169,3 +169,9 @@ def check(optim_cfg: dict[str, Any], scheduler_cfg: dict[str, Any]) -> None:
             f"conf/optim or conf/scheduler does not build: {type(e).__name__}: {e}; check the "
             "keyword arguments against the target's signature"
         ) from e
+    if isinstance(sched, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        raise OptimConfigError(
+            f"scheduler._target_={scheduler_cfg.get('_target_')!r} steps on a monitored metric, "
+            "but the run steps its schedule once per optimizer step; choose a step-based "
+            "schedule (conf/scheduler/, or a torch scheduler such as StepLR)"
+        )

@@ -46,6 +46,9 @@ from rlt.training.trainer_setup import (
     resolve_threads,
 )
 
+# The exit status of a run stopped from outside (SIGTERM, a requeue): as the signal's own.
+SIGTERM_EXIT = 143
+
 
 def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
     """Train, select, evaluate and record one run. Returns ``{"state", "run_dir", ...}`` where
@@ -176,11 +179,14 @@ def _continues_retrain(spec: RunSpec, last: Path) -> bool:
 
 
 def _set_aside_results(run_dir: Path) -> None:
-    """A forced retrain first moves the old results.json to results.replaced.json, so a retrain
+    """A forced retrain first moves the old results.json to results.replaced.json (and what
+    eval.py and the probe scored of the old run to ``<name>.replaced.json``), so a retrain
     stopped part-way never leaves the old results next to the new configuration."""
     results = run_dir / rundir.RESULTS
     if results.exists():
         os.replace(results, run_dir / rundir.REPLACED_RESULTS)
+    for scored in rundir.scored_files(run_dir):  # eval.py's and the probe's: of the old run
+        os.replace(scored, scored.with_name(scored.stem + rundir.REPLACED_SUFFIX))
 
 
 def _check_writable(run_dir: Path) -> None:
@@ -248,12 +254,16 @@ def _stopped(spec: RunSpec, state: str, e: BaseException, raise_on_failure: bool
         # job's next run instead of taking this one as its outcome.
         if isinstance(e, SystemExit):
             raise e
-        raise SystemExit(143) from e
+        raise SystemExit(SIGTERM_EXIT) from e
     say(f"[interrupted] {cell}: stopped{at} ({type(e).__name__}); the same command resumes it")
     # A grid job stopped by SIGTERM reports to the sweep summary; Ctrl-C and any other exit
     # (SIGTERMException is a SystemExit too) end the process.
-    if raise_on_failure or type(e).__name__ != "SIGTERMException":
+    if type(e).__name__ != "SIGTERMException":
         raise e
+    if raise_on_failure:
+        # Lightning's SIGTERMException is a SystemExit without a code, which would exit 0:
+        # a stopped run exits as a process killed by SIGTERM does (128 + 15).
+        raise SystemExit(SIGTERM_EXIT) from e
     return {"state": "interrupted", "run_dir": str(spec.run_dir), "error": type(e).__name__}
 
 

@@ -46,11 +46,13 @@ class RunSpec:
 # --------------------------------------------------------------------------------------------
 # Validation
 # --------------------------------------------------------------------------------------------
-def prepare(cfg: DictConfig, *, on_this_machine: bool = True) -> RunSpec:
+def prepare(cfg: DictConfig, *, on_this_machine: bool = True, scoring: bool = False) -> RunSpec:
     """Validate ``cfg`` and resolve it into a :class:`RunSpec`; raises :class:`ConfigError`
     naming the config key and the fix. Allocates no tensors. ``on_this_machine=False`` (a grid
     checked before it is submitted to SLURM) skips what only the machine that trains can tell
-    (CUDA)."""
+    (CUDA). ``scoring=True`` (a stored config read back to score a kept checkpoint) never
+    builds the optimizer and scheduler: their ``_target_`` entries come from a run directory,
+    which must not run code, and scoring needs neither."""
     load_plugins(cfg.get("plugins"))
     _check_groups(cfg)
     try:
@@ -62,7 +64,8 @@ def prepare(cfg: DictConfig, *, on_this_machine: bool = True) -> RunSpec:
     _check_paths(cfg)
     family, _, kwargs = model_config(cfg)
     extra_trainer_args = trainer_args(cfg)
-    _check_optim(cfg)
+    if not scoring:
+        _check_optim(cfg)
     check_environment(cfg, cuda=on_this_machine)
     schedule = _feedback_schedule(cfg, family)
     _check_variant(cfg, family, schedule)
@@ -145,7 +148,8 @@ def _check_variant(cfg: DictConfig, family: str, schedule: FeedbackSchedule | No
     """The model's label names the variant its feedback interval trains: ``model=rlt1
     model.feedback_interval=4`` trains RLT-2 B=4 and would be stored and labelled RLT-1, so it
     is refused with the option to use. With a feedback schedule the label must name the
-    schedule's chunk sizes (``RLT-2 B=8→4→1``), whatever model.feedback_interval says."""
+    schedule's chunk sizes (``RLT-2 B=8→4→1``, optionally followed by what else tells two
+    schedules apart: ``RLT-2 B=4→1 at 75%``), whatever model.feedback_interval says."""
     if family != "rlt":
         return
     model = cfg.model
@@ -153,7 +157,10 @@ def _check_variant(cfg: DictConfig, family: str, schedule: FeedbackSchedule | No
         # the stages as written (a short run can merge fractional stages when parsed)
         written = OmegaConf.to_container(model.feedback_schedule)
         named = "RLT-2 B=" + "→".join(str(stage[1]) for stage in written)
-        if str(model.label) != named or not str(model.name).startswith("rlt2_sched"):
+        label = str(model.label)  # the stages, then what else tells two schedules apart
+        if not (label == named or label.startswith(named + " ")) or not str(model.name).startswith(
+            "rlt2_sched"
+        ):
             raise ConfigError(
                 f"model={model.name} (label {model.label!r}) does not name the feedback schedule "
                 f"it trains ({named}); use a schedule preset (model=rlt2_sched_4to1, "

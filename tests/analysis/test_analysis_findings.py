@@ -119,6 +119,11 @@ def test_the_verdict_table_reads_the_tables_numbers(tmp_path):
     assert (
         f"validation {hand:.2f} at the selected checkpoint < 90.00" in table.data.loc[2, "reason"]
     )
+    # Issue 38: the seeds column also counts the seeds that learned in distribution on their own.
+    sel = POLICY_STEPS["min_val_loss"]
+    per_seed = [100 * val_value("parity", "rlt1", "4+4", s, sel, "acc") for s in SEEDS]
+    learned = sum(v >= 90 for v in per_seed)
+    assert table.data.loc[2, "seeds"].endswith(f"(learned RLT-1 4+4 {learned}/3)")
 
 
 def test_each_budget_is_judged_on_its_own_runs(tmp_path):
@@ -207,8 +212,18 @@ def test_the_report_figures_are_quoted_from_the_spec():
 
 def test_the_laptop_findings_are_f1_to_f10():
     labels = [f"F{i}" for i in range(1, 11)]
-    assert [f.label for f in LAPTOP_FINDINGS] == [*labels[:3], "F3b", *labels[3:]]
+    assert [f.label for f in LAPTOP_FINDINGS] == [*labels[:3], "F3 at 3-40", "F3b", *labels[3:]]
     assert all(f.mirrors for f in LAPTOP_FINDINGS)  # every row says which report split it mirrors
+
+
+def test_the_findings_are_judged_on_the_report_models_only():
+    """Issue 38: the LSTM and DeltaNet are not models of the report; they appear in the
+    "beyond the report" table, never in a finding's clauses."""
+    columns = {
+        x.column for f in LAPTOP_FINDINGS for cl in f.clauses for x in (cl.a, cl.b) if x is not None
+    }
+    assert all(col.startswith(("RLT-1 ", "RLT-2 ", "RLT-0 ", "Transformer ")) for col in columns)
+    assert {"RLT-1 2+2", "RLT-0 2+2", "Transformer 4"} <= columns
 
 
 def test_the_laptop_page_shows_what_the_tables_print():

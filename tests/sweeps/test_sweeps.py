@@ -199,6 +199,10 @@ def test_submitit_local_executor(tmp_path):
         ("laptop", 111, 111),
         ("laptop_seeds", 12, 12),
         ("laptop_long", 48, 48),
+        ("laptop_long_cells", 12, 12),
+        ("laptop_long_seeds", 10, 10),
+        ("laptop_long_parity40", 9, 9),
+        ("laptop_long_schedule", 9, 9),
         ("probe_laptop", 18, 18),
         ("baselines_laptop", 36, 36),
         ("baselines", 72, 72),
@@ -224,6 +228,10 @@ def test_every_sweep_file_is_tested():
         "laptop",
         "laptop_seeds",
         "laptop_long",
+        "laptop_long_cells",
+        "laptop_long_seeds",
+        "laptop_long_parity40",
+        "laptop_long_schedule",
         "probe_laptop",
         "baselines_laptop",
         "baselines",
@@ -391,3 +399,28 @@ def test_hydras_basic_sweep_is_the_cross_product_in_order():
         ["seed=2", "task=parity", "split=4+4"],
         ["seed=2", "task=s5", "split=4+4"],
     ]
+
+
+@pytest.mark.parametrize(
+    ("sweep", "also"),
+    [("laptop_long_cells", ()), ("laptop_long_seeds", ()), ("laptop_long_parity40", ("task.",))],
+)
+def test_the_16000_step_cells_differ_from_their_3000_step_siblings_only_in_scale(sweep, also):
+    """Issue 38: a cell of the verdict presets is its sweep=laptop sibling (the same grid cell;
+    with parity_3to16 for the 3-40 cells) at scale=laptop_long; nothing else that decides
+    results may differ."""
+    from omegaconf import OmegaConf
+
+    from rlt.training.identity import config_differences
+
+    jobs, _, _, _ = preset_cells(sweep)
+    cells = sorted({o for job in jobs for o in job if o.startswith("grid_cell=")})
+    assert cells
+    for cell in cells:
+        new = compose_cfg([f"sweep={sweep}", cell])
+        old = compose_cfg(["sweep=laptop", cell.replace("parity40_", "parity_")])
+        diffs = config_differences(
+            OmegaConf.to_container(old, resolve=True), OmegaConf.to_container(new, resolve=True)
+        )
+        assert all(d.startswith(("scale.", *also)) for d in diffs), (cell, diffs)
+        assert "scale.max_steps: 3000 -> 16000" in diffs, (cell, diffs)

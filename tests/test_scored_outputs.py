@@ -1,0 +1,162 @@
+"""What eval.py and ``python -m rlt.probe`` write after training (issue 40): tied to the
+checkpoint and configuration they scored, never taken for another run's, never written
+through a symlink, never from a run that is still training, never running code from a stored
+config; and every bad input refused in one line before anything is written."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlt import rundir
+from rlt.analysis.collect import collect
+from rlt.analysis.tables import generalization_table, length_table
+from tests.training.helpers import REPO, compose_cfg
+
+TINY = ["experiment=tiny", "print_table=false", "evaluate.probe=false"]
+
+
+def _eval_cli():
+    spec = importlib.util.spec_from_file_location("rlt_eval_cli", REPO / "eval.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+eval_main = _eval_cli()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """One finished tiny run (parity_prefix, RLT-1 2+2, 4 steps), trained once for the module;
+    each test scores a copy of it."""
+    from rlt.training.run import run
+
+    root = tmp_path_factory.mktemp("scored")
+    return Path(run(compose_cfg([*TINY, f"root={root}"]))["run_dir"])
+
+
+@pytest.fixture
+def run_dir(trained, tmp_path) -> Path:
+    copy = tmp_path / "tiny" / Path(*trained.parts[-4:])
+    shutil.copytree(trained, copy)
+    return copy
+
+
+def _lengths(path: Path) -> set[int]:
+    return {r["length"] for r in json.loads(path.read_text())["rows"]}
+
+
+def test_eval_records_what_it_scored_and_later_calls_add_lengths(run_dir, capsys):
+    results = json.loads((run_dir / "results.json").read_text())
+    assert eval_main([str(run_dir), "task.test_lengths=[30]"]) == 0
+    assert eval_main([str(run_dir), "task.test_lengths=[24,30]"]) == 0
+    out = run_dir / "eval_min_val_loss.json"
+    block = json.loads(out.read_text())
+    assert _lengths(out) == {24, 30}  # the second call added 24 and kept 30
+    assert block["config_hash"] == results["config_hash"]
+    assert block["step"] == results["test_by_policy"]["min_val_loss"]["step"]
+    ckpt = run_dir / "checkpoints" / "min_val_loss.pt"
+    assert block["checkpoint"]["sha256"] == rundir.file_sha256(ckpt)
+    assert "    30  acc" in capsys.readouterr().out  # a progress line per length
+
+
+def test_eval_lengths_are_rows_of_their_own_never_the_headline_length(run_dir):
+    """Table 2's default is the longest length every run was tested at (256 here), not a
+    longer one eval.py scored for one run; the length table marks the scored-later row."""
+    assert eval_main([str(run_dir), "task.test_lengths=[300]"]) == 0
+    c = collect([run_dir.parents[3]])
+    t2 = generalization_table(c)
+    assert list(t2.display.index) == ["parity_prefix (256)"]
+    rows = set(length_table(c).data["row"])
+    assert "parity_prefix / 300 (eval.py)" in rows and "parity_prefix / 256" in rows
+
+
+def test_a_retrain_sets_scored_files_aside_and_a_foreign_one_is_ignored(run_dir, tmp_path):
+    """After force=true with another config, neither the old eval file nor the old probe
+    reaches the tables; one copied from another run is named in a warning and ignored."""
+    from rlt.training.run import run
+
+    assert eval_main([str(run_dir), "task.test_lengths=[300]"]) == 0
+    probe = {**rundir.scored_stamp(run_dir, "min_val_loss", 4), "targets": {}}
+    rundir.atomic_write_json(run_dir / "probe.json", probe)
+    stale = json.loads((run_dir / "eval_min_val_loss.json").read_text())
+    root = run_dir.parents[4]
+    run(compose_cfg([*TINY, f"root={root}", "force=true", "scale.lr=0.002"]))
+    assert not (run_dir / "eval_min_val_loss.json").exists()
+    assert (run_dir / "eval_min_val_loss.replaced.json").exists()
+    assert (run_dir / "probe.replaced.json").exists() and not (run_dir / "probe.json").exists()
+    (run_dir / "eval_final.json").write_text(json.dumps({**stale, "policy": "final"}))
+    c = collect([run_dir.parents[3]])
+    assert 300 not in set(c.test["length"])
+    assert any("eval_final.json: ignored" in w and "config_hash" in w for w in c.warnings)
+
+
+def test_eval_refuses_a_run_that_is_not_finished(run_dir, capsys):
+    rundir.write_status(run_dir, "running", step=2)
+    before = sorted(p.name for p in run_dir.iterdir())
+    assert eval_main([str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "not a finished run (state 'running' at step 2" in err and len(err.splitlines()) == 1
+    assert sorted(p.name for p in run_dir.iterdir()) == before
+
+
+def test_eval_never_writes_through_a_symlink(run_dir, tmp_path):
+    outside = tmp_path / "outside.json"
+    outside.write_text("precious")
+    (run_dir / "eval_min_val_loss.json").symlink_to(outside)
+    assert eval_main([str(run_dir), "task.test_lengths=[30]"]) == 0
+    assert outside.read_text() == "precious"
+    link = run_dir / "eval_min_val_loss.json"
+    assert not link.is_symlink() and _lengths(link) == {30}
+
+
+def test_a_stored_config_runs_no_code_when_scored(run_dir, tmp_path):
+    """A run directory from someone else: a _target_ planted in its scheduler never runs."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    config = run_dir / "config.yaml"
+    stored = yaml.safe_load(config.read_text())
+    stored["scheduler"]["min_lr"] = {"_target_": "builtins.open", "file": str(victim), "mode": "w"}
+    config.write_text(yaml.safe_dump(stored))
+    eval_main([str(run_dir), "task.test_lengths=[30]"])
+    assert victim.read_text() == "keep me"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["task.test_lengths=0"], "not positive whole lengths"),
+        (["task.test_lengths=[]"], "give a non-empty list of lengths"),
+        (["task.test_lengths=[1000000000]"], "exceed eval.py's 16384 tokens"),
+        (["--policy", "../checkpoints/final"], "is not a checkpoint policy; use one of"),
+        (["scale.lr=1"], "eval.py takes"),
+    ],
+)
+def test_bad_eval_input_is_one_line_and_writes_nothing(run_dir, capsys, args, says):
+    before = sorted(p.name for p in run_dir.iterdir())
+    assert eval_main([str(run_dir), *args]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in run_dir.iterdir()) == before
+
+
+@pytest.mark.parametrize("content", [b"- a\n- b\n", b"\x00\xff\xfe binary", b""])
+def test_a_config_yaml_that_is_no_config_is_one_line(run_dir, capsys, content):
+    (run_dir / "config.yaml").write_bytes(content)
+    assert eval_main([str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "config.yaml" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_grid_cell_lacking_keys_is_reported_not_a_crash(run_dir):
+    sweep = run_dir.parents[3]
+    rundir.atomic_write_json(sweep / "grid.json", {"cells": [{"task": "parity_prefix"}]})
+    c = collect([sweep])
+    assert any("cell 0 lacks model, seed" in w for w in c.warnings)
+    assert len(c.used) == 1
