@@ -26,8 +26,15 @@ def cell_states(sweep_dir: str | Path) -> list[dict[str, Any]]:
     max_steps, best_val_acc, error."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
+        parent = sweep_dir.parent
+        there = sorted(d.name for d in parent.iterdir() if d.is_dir()) if parent.is_dir() else []
+        hint = (
+            f"{parent} holds: {', '.join(there[:12])}"
+            if there
+            else f"{parent} does not exist either; sweeps live under root (runs/ by default)"
+        )
         raise FileNotFoundError(
-            f"{sweep_dir} is not a directory: pass the sweep's directory, e.g. runs/main"
+            f"{sweep_dir} is not a directory: pass a sweep's directory (runs/<sweep name>); {hint}"
         )
     expected: list[str] = []
     try:

@@ -18,15 +18,17 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "EXTENDING.md"
-BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.S)
+# A code block, and the "File `path`:" line that names it (absent for commands).
+BLOCK = re.compile(r"(?:^File `([^`]+)`:\n\n)?^```(\w+)\n(.*?)^```", re.S | re.M)
 
 
 def blocks() -> tuple[dict[str, str], list[str]]:
+    """The page's files (path -> the block's text, byte for byte as a reader copies it) and
+    its commands (the lines of its bash blocks)."""
     files, commands = {}, []
-    for lang, body in BLOCK.findall(PAGE.read_text()):
-        first, _, rest = body.partition("\n")
-        if first.startswith("# file: "):
-            files[first[len("# file: ") :].strip()] = rest
+    for name, lang, body in BLOCK.findall(PAGE.read_text()):
+        if name:
+            files[name] = body
         elif lang == "bash":
             commands += [line for line in body.splitlines() if line.strip()]
     return files, commands
@@ -54,7 +56,6 @@ def test_every_example_of_the_page_runs(tmp_path):
         path = tmp_path / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    (tmp_path / "my_lab" / "__init__.py").touch()
     outputs = []
     for command in commands:
         argv = shlex.split(command)

@@ -66,3 +66,22 @@ def test_the_readmes_links_resolve_in_a_clone():
             if not path.exists():
                 broken.append(f"{page.relative_to(REPO)}: {target}")
     assert not broken, broken
+
+
+def test_the_config_table_lists_every_option_of_conf():
+    """Issue 41: each config group's row of the README's table names every option conf/ has
+    (split and grid_cell excepted: the row gives their pattern, the directories hold dozens)."""
+    rows = {
+        m.group(1): m.group(2)
+        for m in re.finditer(r"^\| `([\w/]+)` \| (.*) \|$", README, re.M)
+    }
+    missing = {}
+    for group in ("task", "model", "scale", "trainer", "logger", "optim", "scheduler",
+                  "experiment", "debug", "sweep", "hydra/launcher", "callbacks"):  # fmt: skip
+        options = sorted(p.stem for p in (REPO / "conf" / group).glob("*.yaml"))
+        assert group in rows, f"the README's config table has no row for {group}"
+        words = set(re.findall(r"[\w+.-]+", rows[group]))
+        lacking = [o for o in options if o not in words]
+        if lacking:
+            missing[group] = lacking
+    assert not missing, f"options conf/ has that the README's config table does not name: {missing}"

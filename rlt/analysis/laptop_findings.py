@@ -14,6 +14,14 @@ def _above(task, a, b, length):
     return Clause("above", Cell(task, a, length), Cell(task, b, length))
 
 
+def _f3_clauses(task):
+    """F3 on a parity task: RLT-2 B=4 2+2 close to RLT-1 2+2, above RLT-0 1+1, at 64 bits."""
+    return (
+        Clause("close", Cell(task, "RLT-2 B=4 2+2", 64), Cell(task, "RLT-1 2+2", 64)),
+        _above(task, "RLT-2 B=4 2+2", "RLT-0 1+1", 64),
+    )
+
+
 # The laptop presets' cells (sweeps/laptop.yaml, laptop_long.yaml) for the report's findings
 # (SPEC section 4). Every number in `report` is quoted from SPEC section 4 (checked by a test).
 _P, _W, _S, _A = "parity_3to16", "s5_swaps", "s5", "addition"
@@ -47,10 +55,7 @@ LAPTOP_FINDINGS: tuple[Finding, ...] = (
         "F3",
         "parity at a depth-balanced split: RLT-2 B=4 close to RLT-1 and above RLT-0 at 64 bits",
         "4+4 at 64: RLT-2 B=4 98.99 ± 1.66, RLT-1 100 ± 0, RLT-0 50.23 ± 3.80",
-        (
-            Clause("close", Cell(_P, "RLT-2 B=4 2+2", 64), Cell(_P, "RLT-1 2+2", 64)),
-            _above(_P, "RLT-2 B=4 2+2", "RLT-0 1+1", 64),
-        ),
+        _f3_clauses(_P),
         "2+2 mirrors the report's 4+4 (half the blocks in the decoder); RLT-0 at 1+1, the only "
         "RLT-0 parity cell (the report's RLT-0 is near chance at every split). At 256 bits the "
         "report's RLT-2 4+4 (69.34 ± 24.17) is not below its RLT-1 (66.76 ± 28.78), so no clause",
@@ -60,10 +65,7 @@ LAPTOP_FINDINGS: tuple[Finding, ...] = (
         "F3 at the report's parity lengths: trained on 3-40 bits, RLT-2 B=4 close to RLT-1 and "
         "above RLT-0 at 64 bits",
         "4+4 at 64: RLT-2 B=4 98.99 ± 1.66, RLT-1 100 ± 0, RLT-0 50.23 ± 3.80",
-        (
-            Clause("close", Cell(_P40, "RLT-2 B=4 2+2", 64), Cell(_P40, "RLT-1 2+2", 64)),
-            _above(_P40, "RLT-2 B=4 2+2", "RLT-0 1+1", 64),
-        ),
+        _f3_clauses(_P40),
         "F3's cells on the report's own training lengths (the parity task, final label, 3-40 "
         "bits; sweep=laptop_long_parity40): at 3-16, four chunks of four bits can be fitted "
         "without carrying anything across chunks, at 3-40 they cannot",

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from rlt.sweep import cell_states, main
 
 
@@ -47,7 +49,7 @@ def test_status_lists_done_failed_interrupted_and_missing(tmp_path, capsys):
 
 def test_status_of_a_missing_directory_names_the_fix(tmp_path, capsys):
     assert main(["status", str(tmp_path / "nope")]) == 2
-    assert "pass the sweep's directory" in capsys.readouterr().err
+    assert "pass a sweep's directory (runs/<sweep name>)" in capsys.readouterr().err
 
 
 def test_killed_run_and_unreadable_results_are_told_apart(tmp_path):
@@ -103,3 +105,12 @@ def test_a_damaged_grid_file_is_reported_and_the_runs_on_disk_still_read(tmp_pat
         assert len(c.used) == len(list(sweep.rglob("results.json")))
         with pytest.raises(json.JSONDecodeError):
             json.loads((sweep / "grid.json").read_text())  # the file itself left as found
+
+
+def test_a_missing_sweep_directory_names_the_sweeps_that_exist(tmp_path):
+    """Issue 41: the error once suggested the very path that was given."""
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "laptop").mkdir()
+    with pytest.raises(FileNotFoundError) as e:
+        cell_states(tmp_path / "demp")
+    assert str(e.value).endswith(f"{tmp_path} holds: demo, laptop")
