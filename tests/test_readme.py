@@ -72,8 +72,7 @@ def test_the_config_table_lists_every_option_of_conf():
     """Issue 41: each config group's row of the README's table names every option conf/ has
     (split and grid_cell excepted: the row gives their pattern, the directories hold dozens)."""
     rows = {
-        m.group(1): m.group(2)
-        for m in re.finditer(r"^\| `([\w/]+)` \| (.*) \|$", README, re.M)
+        m.group(1): m.group(2) for m in re.finditer(r"^\| `([\w/]+)` \| (.*) \|$", README, re.M)
     }
     missing = {}
     for group in ("task", "model", "scale", "trainer", "logger", "optim", "scheduler",

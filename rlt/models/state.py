@@ -17,15 +17,19 @@ class KVCache:
 
     Grows with the sequence (a causal layer attends to all of it). Without autograd, new
     entries are written in place into a buffer whose capacity doubles, so streaming T tokens
-    copies O(T) entries, not O(T^2). Appending returns a new KVCache over the same buffer:
-    the old one stays valid as long as nobody appends to it again (``clone()`` to branch).
-    Under autograd, appends concatenate instead, because in-place writes would invalidate
-    the slices that attention saved for backward.
+    copies O(T) entries, not O(T^2). Appending returns a new KVCache over the same buffer, and
+    the old one stays valid: caches over one buffer share ``tip`` (how far it is written), so a
+    second append to an older cache (a prompt's state reused for another continuation) finds
+    the buffer written past it and copies its entries into a buffer of its own first (copy on
+    write), never overwriting the other continuation's. Under autograd, appends concatenate
+    instead, because in-place writes would invalidate the slices attention saved for backward.
     """
 
     k: Tensor  # (N, H, capacity, Dh)
     v: Tensor  # (N, H, capacity, Dh)
     length: int = 0
+    # How far the buffer is written, shared by every cache over it (None: only this one).
+    tip: list[int] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def empty(cls, batch: int, heads: int, head_dim: int, like: Tensor) -> KVCache:
@@ -39,16 +43,22 @@ class KVCache:
             keys = torch.cat([self.k[:, :, : self.length], k], dim=2)  # (N, H, end, Dh)
             values = torch.cat([self.v[:, :, : self.length], v], dim=2)
             return KVCache(keys, values, end)
-        keys, values = self.k, self.v
-        if end > keys.shape[2]:
-            capacity = max(end, 2 * keys.shape[2], 16)
+        if self.tip is None:  # the first append over this buffer: the caches it makes share it
+            self.tip = [self.length]
+        keys, values, tip = self.k, self.v, self.tip
+        if end > keys.shape[2] or tip[0] != self.length:  # full, or written past this cache
+            # Another continuation's entries stay; the copy keeps the capacity (and so the
+            # buffer layout) a cache that was never branched would have.
+            capacity = max(end, 2 * keys.shape[2], 16) if end > keys.shape[2] else keys.shape[2]
             n, h, _, dh = keys.shape
             keys, values = keys.new_zeros(n, h, capacity, dh), values.new_zeros(n, h, capacity, dh)
             keys[:, :, : self.length] = self.k[:, :, : self.length]
             values[:, :, : self.length] = self.v[:, :, : self.length]
+            tip = [self.length]
         keys[:, :, self.length : end] = k
         values[:, :, self.length : end] = v
-        return KVCache(keys, values, end)
+        tip[0] = end
+        return KVCache(keys, values, end, tip)
 
     def keys_values(self) -> tuple[Tensor, Tensor]:
         return self.k[:, :, : self.length], self.v[:, :, : self.length]  # (N, H, L, Dh) each

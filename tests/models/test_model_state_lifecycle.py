@@ -1,0 +1,214 @@
+"""The state's lifecycle (issue 39): saved and restored in another process it continues bit for
+bit; a prompt's state reused by interleaved continuations equals recomputing each; a state is
+refused by a model of another configuration and a damaged file is refused, in one line; and
+the conformance the report's definition implies (causality, the window's occupancy, RLT-2's
+boundary state, generation after prefill), for every family."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from rlt.models import DeltaNetConfig, LSTMConfig, build_model
+from rlt.models.snapshot import StateFileError, load_state, save_state
+from tests.models.conftest import TINY, make_rlt, make_transformer
+from tests.training.helpers import REPO
+
+FAMILIES = ("rlt1", "rlt2", "rlt0", "transformer", "lstm", "deltanet")
+
+
+def make(family: str, **fields):
+    """A tiny model of each family, the same weights for the same arguments."""
+    if family in ("rlt1", "rlt2", "rlt0"):
+        interval = {"rlt1": 1, "rlt2": 4, "rlt0": None}[family]
+        return make_rlt(fields.pop("split", "2+2"), interval, **fields)
+    if family == "transformer":
+        return make_transformer(**fields)
+    torch.manual_seed(0)
+    if family == "lstm":
+        return build_model(LSTMConfig(d_model=32, n_layers=2, vocab_size=140))
+    return build_model(DeltaNetConfig(n_layers=2, **TINY))
+
+
+def tokens(n: int, t: int, seed: int) -> torch.Tensor:
+    return torch.randint(1, 140, (n, t), generator=torch.Generator().manual_seed(seed))
+
+
+def stream(model, state, continuation: torch.Tensor):
+    """Logits of each continuation token stepped from ``state``, stacked (N, t, V)."""
+    out = []
+    for i in range(continuation.shape[1]):
+        logits, state = model.step(continuation[:, i], state)
+        out.append(logits)
+    return torch.stack(out, 1), state
+
+
+RESTORE = """
+import sys, torch
+torch.set_num_threads(1)
+from tests.models.test_model_state_lifecycle import make, stream
+from rlt.models.snapshot import load_state
+root = sys.argv[1]
+for family in sys.argv[2:]:
+    model = make(family).eval()
+    model.load_state_dict(torch.load(f"{root}/{family}.pt", weights_only=True))
+    saved = torch.load(f"{root}/{family}.expected", weights_only=True)
+    with torch.no_grad():
+        got, _ = stream(model, load_state(model, f"{root}/{family}.state"), saved["continuation"])
+    print(family, torch.equal(got, saved["logits"]))
+"""
+
+
+def test_a_saved_state_continues_bit_for_bit_in_another_process(tmp_path):
+    """Every family: prefill a prompt, save the state, and a new process that restores it steps
+    through the continuation with logits equal to never stopping."""
+    for family in FAMILIES:
+        model = make(family).eval()
+        with torch.no_grad():
+            _, state = model.prefill(tokens(2, 7, 1), model.init_state(2))
+            save_state(model, state, tmp_path / f"{family}.state")
+            continuation = tokens(2, 6, 2)
+            logits, _ = stream(model, state, continuation)
+        torch.save(model.state_dict(), tmp_path / f"{family}.pt")
+        expected = {"continuation": continuation, "logits": logits}
+        torch.save(expected, tmp_path / f"{family}.expected")
+    proc = subprocess.run(
+        [sys.executable, "-c", RESTORE, str(tmp_path), *FAMILIES],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == [w for f in FAMILIES for w in (f, "True")]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_prompt_state_reused_by_interleaved_continuations_equals_recomputing(family):
+    """Three continuations advance from one prompt's state a token at a time, in turn (as a
+    server interleaves requests); each equals its own recomputation from a fresh prefill.
+    Without copy on write, one continuation's appends overwrote another's cache entries."""
+    model = make(family).eval()
+    prompt = tokens(2, 9, 3)
+    continuations = [tokens(2, 5, 10 + i) for i in range(3)]
+    with torch.no_grad():
+        _, shared = model.prefill(prompt, model.init_state(2))
+        states = [shared] * 3
+        got = [[] for _ in continuations]
+        for i in range(5):
+            for j, cont in enumerate(continuations):
+                logits, states[j] = model.step(cont[:, i], states[j])
+                got[j].append(logits)
+        for j, cont in enumerate(continuations):
+            _, fresh = model.prefill(prompt, model.init_state(2))
+            want, _ = stream(model, fresh, cont)
+            assert torch.equal(torch.stack(got[j], 1), want), f"continuation {j}"
+
+
+@pytest.mark.parametrize(
+    ("other", "says"),
+    [
+        (
+            lambda: make("transformer"),
+            "family RecurrentLoopedTransformer -> DecoderOnlyTransformer",
+        ),
+        (lambda: make("rlt1", d_model=64, d_ff=96), "d_model 32 -> 64"),
+        (lambda: make("rlt1", split="1+3"), "n_dec 2 -> 3"),
+        (lambda: make("rlt1", window=8), "window 4 -> 8"),
+        (lambda: make("rlt2"), "feedback_interval 1 -> 4"),
+    ],
+)
+def test_a_state_of_another_configuration_is_refused_in_one_line(tmp_path, other, says):
+    model = make("rlt1")
+    with torch.no_grad():
+        _, state = model.prefill(tokens(1, 5, 4), model.init_state(1))
+    save_state(model, state, tmp_path / "s.state")
+    with pytest.raises(StateFileError) as e:
+        load_state(other(), tmp_path / "s.state")
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped", "not a state", "missing"])
+def test_a_damaged_state_file_is_refused_in_one_line_and_changes_nothing(tmp_path, damage):
+    model = make("rlt1")
+    with torch.no_grad():
+        _, state = model.prefill(tokens(1, 5, 4), model.init_state(1))
+    path = tmp_path / "s.state"
+    save_state(model, state, path)
+    data = path.read_bytes()
+    if damage == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "flipped":
+        path.write_bytes(data[:100] + bytes(b ^ 0xFF for b in data[100:400]) + data[400:])
+    elif damage == "not a state":
+        torch.save({"weights": torch.zeros(3)}, path)
+    else:
+        path.unlink()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    on_disk = path.read_bytes() if path.exists() else None
+    with pytest.raises(StateFileError) as e:
+        load_state(model, path)
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert (path.read_bytes() if path.exists() else None) == on_disk
+
+
+# Conformance ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("family", FAMILIES)
+def test_changing_a_later_token_leaves_every_earlier_output_unchanged(family):
+    model = make(family).eval()
+    x = tokens(2, 12, 5)
+    with torch.no_grad():
+        base = model(x)
+        for t in (0, 5, 10):
+            y = x.clone()
+            y[:, t + 1] = (y[:, t + 1] % 139) + 1  # another token at t + 1
+            assert torch.equal(model(y)[:, : t + 1], base[:, : t + 1]), f"position {t}"
+
+
+@pytest.mark.parametrize("window", [2, 4, 6])
+def test_each_decoder_window_holds_the_last_min_w_minus_1_n_positions(window):
+    """After n tokens each decoder block's window cache holds exactly min(W-1, n) entries:
+    the last ones, the older slots still the zeros that stand for positions before 0."""
+    model = make("rlt1", window=window).eval()
+    x = tokens(1, 9, 6)
+    state = model.init_state(1)
+    with torch.no_grad():
+        for n in range(1, 10):
+            _, state = model.step(x[:, n - 1], state)
+            filled = min(window - 1, n)
+            for w in state.window:
+                assert w.k.shape[2] == window - 1
+                slots = w.k.abs().sum(dim=(0, 1, 3))  # (W-1,) oldest first
+                assert bool((slots[window - 1 - filled :] > 0).all()), (n, slots)
+                assert bool((slots[: window - 1 - filled] == 0).all()), (n, slots)
+
+
+def test_rlt2_carries_the_last_complete_chunk_output_through_a_partial_chunk():
+    """RLT-2 (B=4): the state's s after 6 tokens is the decoder output at the end of the first
+    chunk (position 3), as after 4 tokens; a partial chunk keeps it."""
+    model = make("rlt2").eval()
+    x = tokens(2, 6, 7)
+    with torch.no_grad():
+        _, after4 = model.prefill(x[:, :4], model.init_state(2))
+        _, after6 = model.prefill(x, model.init_state(2))
+        _, after8 = model.prefill(torch.cat([x, tokens(2, 2, 8)], 1), model.init_state(2))
+    assert torch.equal(after6.s, after4.s)
+    assert not torch.equal(after8.s, after4.s)  # the second chunk completed
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_generation_after_prefill_equals_the_forward_on_the_concatenation(family):
+    """Greedy generation over the carried state picks the tokens that re-running the training
+    forward on prompt + generated tokens picks, for every family."""
+    model = make(family).eval()
+    prompt = tokens(2, 6, 9)
+    with torch.no_grad():
+        generated = model.generate(prompt, 8)
+        seq = prompt
+        for _ in range(8):
+            seq = torch.cat([seq, model(seq)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(generated, seq)
