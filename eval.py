@@ -10,7 +10,17 @@ analysis uses them only while they describe the run results.json describes. A la
 its lengths to the file's (a length scored again is replaced). results.json, config.yaml and
 the run's identity stay untouched; ``analysis/tables.py`` shows these lengths as their own rows.
 Overrides are dotted ``key=value`` strings applied to the run's stored config for this scoring
-only (``task.test_lengths``, ``scale.n_test``, ``scale.eval_batch``). Only a finished run
+only (``task.test_lengths``, ``scale.n_test``, ``scale.eval_batch``).
+
+State interventions (rlt/models/intervene.py) score the run through its streaming path with a
+part of the state put back to its initial value at chosen positions:
+
+    python eval.py RUN_DIR state.drop=feedback state.at=8          # s_t back to s* before 8
+    python eval.py RUN_DIR state.drop=window,memory state.at=every:16
+    python eval.py RUN_DIR state.drop=all state.at=boundary        # at the prompt's end
+
+They write ``RUN_DIR/state_<policy>_drop-<parts>_at-<where>.json``, one file per intervention,
+never read by the run's own tables. Only a finished run
 (status done) is scored, and it is locked while it is: no training can start meanwhile. One
 thread unless ``--threads`` says otherwise (a shared machine stays usable).
 """
@@ -24,7 +34,8 @@ from pathlib import Path
 
 import yaml
 
-ALLOWED = ("task.test_lengths", "scale.n_test", "scale.eval_batch")
+ALLOWED = ("task.test_lengths", "scale.n_test", "scale.eval_batch", "state.drop", "state.at")
+STATE_KEYS = ("state.drop", "state.at")
 # The longest sequence eval.py scores: memory grows with the length (the encoder's memory and
 # the Transformer's attention), and a typo (1000000000) must fail at once, not in the allocator.
 MAX_LENGTH = 16384
@@ -79,13 +90,27 @@ def merged(path: Path, stamp: dict, rows: list[dict]) -> list[dict]:
 def score(run_dir: Path, policy: str, overrides: list[str]) -> int:
     from rlt import rundir
     from rlt.tasks.data import TaskDataModule
-    from rlt.training.evaluate import evaluate_lengths
+    from rlt.training.evaluate import evaluate_intervened, evaluate_lengths
     from rlt.training.kept import load_kept
 
+    asked = dict(o.split("=", 1) for o in overrides if o.split("=", 1)[0] in STATE_KEYS)
+    overrides = [o for o in overrides if o.split("=", 1)[0] not in STATE_KEYS]
     lengths = asked_lengths(overrides)
     if lengths is not None:  # every asked length, not the preset's spread of them
         overrides = [*overrides, "scale.test_lengths_limit=null"]
+    if "state.at" in asked and "state.drop" not in asked:
+        raise Refused("state.at needs state.drop=<part>[,<part>...] (or all)")
     kept = load_kept(run_dir, policy, overrides)
+    how = None
+    if "state.drop" in asked:
+        from rlt.models import intervene
+
+        try:
+            how = intervene.parse(
+                kept.model, asked["state.drop"], asked.get("state.at", "boundary")
+            )
+        except intervene.InterventionError as e:
+            raise Refused(str(e)) from e
     spec = kept.spec
     dm = TaskDataModule(
         task=spec.task,
@@ -104,16 +129,21 @@ def score(run_dir: Path, policy: str, overrides: list[str]) -> int:
             flush=True,
         )
 
-    print(f"scoring {run_dir} ({policy}, step {kept.step}) at {spec.test_lengths}", flush=True)
-    rows = evaluate_lengths(
-        kept.model,
-        dm.test_dataloaders(spec.test_lengths),
-        with_exact=with_exact,
-        acc_mode=spec.task.acc_mode,
-        progress=progress,
+    what = "" if how is None else f", {how.name}"
+    print(
+        f"scoring {run_dir} ({policy}, step {kept.step}{what}) at {spec.test_lengths}", flush=True
     )
+    loaders = dm.test_dataloaders(spec.test_lengths)
+    kwargs = {"with_exact": with_exact, "acc_mode": spec.task.acc_mode, "progress": progress}
     stamp = rundir.scored_stamp(run_dir, policy, kept.step)
-    out = rundir.eval_path(run_dir, policy)
+    if how is None:
+        rows = evaluate_lengths(kept.model, loaders, **kwargs)
+        out = rundir.eval_path(run_dir, policy)
+    else:
+        rows = evaluate_intervened(kept.model, loaders, how, **kwargs)
+        out = run_dir / f"state_{policy}_{how.name}.json"
+        at = {"boundary": "boundary", "position": str(how.k), "every": f"every:{how.k}"}
+        stamp |= {"intervention": {"drop": list(how.parts), "at": at[how.where]}}
     rundir.atomic_write_json(out, {**stamp, "rows": merged(out, stamp, rows)})
     print(f"wrote {out}", file=sys.stderr)
     return 0

@@ -160,3 +160,51 @@ def test_a_grid_cell_lacking_keys_is_reported_not_a_crash(run_dir):
     c = collect([sweep])
     assert any("cell 0 lacks model, seed" in w for w in c.warnings)
     assert len(c.used) == 1
+
+
+# State interventions through eval.py (issue 39) -----------------------------------------------
+def _rows(rows: list[dict]) -> dict[tuple[int, str], float]:
+    return {(r["length"], r["metric"]): r["value"] for r in rows}
+
+
+def test_eval_without_an_intervention_equals_the_runs_test_results(run_dir):
+    results = json.loads((run_dir / "results.json").read_text())
+    assert eval_main([str(run_dir)]) == 0
+    scored = json.loads((run_dir / "eval_min_val_loss.json").read_text())
+    assert _rows(scored["rows"]) == _rows(results["test"])
+
+
+def test_dropping_rlt1_feedback_changes_its_numbers_into_a_file_of_its_own(run_dir):
+    results_before = (run_dir / "results.json").read_bytes()
+    assert eval_main([str(run_dir), "state.drop=feedback", "state.at=8"]) == 0
+    out = run_dir / "state_min_val_loss_drop-feedback_at-8.json"
+    block = json.loads(out.read_text())
+    assert block["intervention"] == {"drop": ["feedback"], "at": "8"}
+    test = _rows(json.loads(results_before)["test"])
+    dropped = _rows(block["rows"])
+    assert dropped.keys() == test.keys()
+    assert any(dropped[k] != test[k] for k in test if k[1] == "loss")
+    assert (run_dir / "results.json").read_bytes() == results_before
+    assert not (run_dir / "eval_min_val_loss.json").exists()  # never the run's eval rows
+    c = collect([run_dir.parents[3]])
+    assert len(c.test) and not c.test["scored_later"].any()  # the tables never read it
+
+
+def test_dropping_rlt0_feedback_leaves_its_numbers_as_they_are(tmp_path):
+    from rlt.training.run import run
+
+    out = run(compose_cfg([*TINY, f"root={tmp_path}", "model=rlt0"]))
+    run_dir = Path(out["run_dir"])
+    assert eval_main([str(run_dir), "state.drop=feedback", "state.at=8"]) == 0
+    block = json.loads((run_dir / "state_min_val_loss_drop-feedback_at-8.json").read_text())
+    test = _rows(json.loads((run_dir / "results.json").read_text())["test"])
+    dropped = _rows(block["rows"])
+    for key, value in test.items():  # streamed in pieces: the same numbers up to rounding
+        assert dropped[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+
+
+def test_a_part_the_family_lacks_is_refused_before_scoring(run_dir, capsys):
+    assert eval_main([str(run_dir), "state.drop=gates", "state.at=8"]) == 2
+    err = capsys.readouterr().err
+    assert "its parts are feedback, window, memory (or all)" in err
+    assert not list(run_dir.glob("state_*.json"))

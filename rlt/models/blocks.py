@@ -80,18 +80,21 @@ def causal_mask(queries: int, keys: int, device: torch.device) -> Tensor | None:
     return torch.arange(keys, device=device)[None, :] <= q_pos[:, None]  # (c, L)
 
 
-def window_mask(start: int, queries: int, window: int, device: torch.device) -> Tensor | None:
+def window_mask(
+    start: int, queries: int, window: int, device: torch.device, origin: int = 0
+) -> Tensor | None:
     """SWA mask over [W-1 cached slots ; the chunk's own keys] for positions start..start+c-1.
 
-    Slot j holds position start-(W-1)+j; a query sees keys at most W-1 back, never before 0.
+    Slot j holds position start-(W-1)+j; a query sees keys at most W-1 back, never before
+    ``origin`` (0, or where a state intervention emptied the window: rlt.models.intervene).
     None when the single query sees all W slots (every step after the first W-1 tokens).
     """
-    if queries == 1 and start >= window - 1:
+    if queries == 1 and start - origin >= window - 1:
         return None
     k_pos = torch.arange(start - window + 1, start + queries, device=device)  # (W-1+c,)
     q_pos = torch.arange(start, start + queries, device=device)  # (c,)
     back = q_pos[:, None] - k_pos[None, :]  # (c, W-1+c)
-    return (k_pos[None, :] >= 0) & (back >= 0) & (back < window)
+    return (k_pos[None, :] >= origin) & (back >= 0) & (back < window)
 
 
 class SwiGLU(nn.Module):

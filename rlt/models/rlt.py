@@ -177,13 +177,17 @@ class RecurrentLoopedTransformer(SequenceModel):
         s: Tensor | None = None,
         window: list[WindowKV] | None = None,
         tbptt: int | None = None,
+        window_from: int = 0,
+        memory_from: int = 0,
     ) -> tuple[Tensor, Tensor | None, list[WindowKV]]:
         """Merge and decoder over positions [start, start+T) of e (N, T, d).
 
         ``memory`` covers at least positions 0..start+T-1; ``s`` and ``window`` are the state
         after ``start`` tokens (None = the initial state). With ``tbptt`` the state is detached
         every tbptt tokens. Returns the decoder outputs s_t (N, T, d), the state entering the
-        next merge and the SWA caches.
+        next merge and the SWA caches. ``window_from``/``memory_from``: the positions the window
+        and the memory start at (0; later after a state intervention emptied them), so the
+        memory holds positions memory_from..start+T-1.
         """
         n, t, _ = e.shape
         window = self.empty_window(n, e) if window is None else window
@@ -199,7 +203,7 @@ class RecurrentLoopedTransformer(SequenceModel):
                 last_cut = a
             lo, hi = a - start, b - start
             u = e[:, lo:hi] if self.merge is None else self.merge(e[:, lo:hi], ge[:, lo:hi], s)
-            x, window = self._decode_piece(u, a, window, memory)  # (N, c, d)
+            x, window = self._decode_piece(u, a, window, memory, window_from, memory_from)
             if interval is not None and b % interval == 0:
                 s = x[:, -1]  # a complete chunk: its last output is the next boundary state
             outputs.append(x)
@@ -218,23 +222,37 @@ class RecurrentLoopedTransformer(SequenceModel):
             a = b
 
     def _decode_piece(
-        self, u: Tensor, start: int, window: list[WindowKV], memory: Memory
+        self,
+        u: Tensor,
+        start: int,
+        window: list[WindowKV],
+        memory: Memory,
+        window_from: int = 0,
+        memory_from: int = 0,
     ) -> tuple[Tensor, list[WindowKV]]:
         """The decoder blocks over c positions start..start+c-1 that share one merge state."""
         if not self.decoder:
             return u, window
+        args = (u, start, window, memory, window_from, memory_from)
         if self.config.checkpoint_activations and torch.is_grad_enabled():
-            return checkpoint(self._decode_blocks, u, start, window, memory, use_reentrant=False)
-        return self._decode_blocks(u, start, window, memory)
+            return checkpoint(self._decode_blocks, *args, use_reentrant=False)
+        return self._decode_blocks(*args)
 
     def _decode_blocks(
-        self, u: Tensor, start: int, window: list[WindowKV], memory: Memory
+        self,
+        u: Tensor,
+        start: int,
+        window: list[WindowKV],
+        memory: Memory,
+        window_from: int = 0,
+        memory_from: int = 0,
     ) -> tuple[Tensor, list[WindowKV]]:
         c, end = u.shape[1], start + u.shape[1]
         rope = self._rope(start, c, u)
-        swa_mask = window_mask(start, c, self.config.window, u.device)  # (c, W-1+c) or None
-        mem_k, mem_v = memory[0][:, :, :end], memory[1][:, :, :end]  # the prefix only
-        mem_mask = causal_mask(c, end, u.device)  # (c, end) or None
+        swa_mask = window_mask(start, c, self.config.window, u.device, window_from)
+        held = end - memory_from  # memory entries up to this piece's end
+        mem_k, mem_v = memory[0][:, :, :held], memory[1][:, :, :held]  # the prefix only
+        mem_mask = causal_mask(c, held, u.device)  # (c, held) or None
         x, new_window = u, []
         for block, win in zip(self.decoder, window):
             x, win = block(x, rope, win, mem_k, mem_v, swa_mask, mem_mask)
@@ -283,11 +301,19 @@ class RecurrentLoopedTransformer(SequenceModel):
         if memory is not None:
             memory = memory.append(*self.memory_kv(x))
             memory_kv = memory.keys_values()  # (N, H, p+t, Dh) each
-        out, s, window = self.decode(x, memory_kv, start=p, s=state.s, window=state.window)
+        out, s, window = self.decode(
+            x,
+            memory_kv,
+            start=p,
+            s=state.s,
+            window=state.window,
+            window_from=state.window_from,
+            memory_from=state.memory_from,
+        )
         if t > 1:  # views into this call's outputs would pin all t positions
             window = [w.compact() for w in window]
             s = None if s is None else s.clone()
-        state = RLTState(position=p + t, encoder=encoder, memory=memory, window=window, s=s)
+        state = replace(state, position=p + t, encoder=encoder, memory=memory, window=window, s=s)
         return self.readout(out), state
 
     def step(self, token: Tensor, state: RLTState) -> tuple[Tensor, RLTState]:

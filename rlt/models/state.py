@@ -107,6 +107,10 @@ class RLTState:
     memory: KVCache | None  # the shared memory K/V of e_1..e_t; None without decoder blocks
     window: list[WindowKV]  # one per decoder block, at most W-1 entries each (bounded)
     s: Tensor | None = None  # (N, d) recurrent state entering the next merge
+    # The positions the window and the memory start at: 0, or where a state intervention
+    # (rlt.models.intervene) emptied them; the model never sets them itself.
+    window_from: int = 0
+    memory_from: int = 0
 
     def clone(self) -> RLTState:
         return RLTState(
@@ -115,6 +119,8 @@ class RLTState:
             memory=None if self.memory is None else self.memory.clone(),
             window=[w.compact() for w in self.window],
             s=None if self.s is None else self.s.clone(),
+            window_from=self.window_from,
+            memory_from=self.memory_from,
         )
 
     def nbytes(self) -> int:

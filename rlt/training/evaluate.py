@@ -72,5 +72,56 @@ def evaluate_lengths(
     return rows
 
 
+@torch.no_grad()
+def evaluate_intervened(
+    model: nn.Module,
+    loaders: Mapping[int, Iterable[dict[str, torch.Tensor]]],
+    how,
+    with_exact: bool = False,
+    acc_mode: str = "last",
+    progress=None,
+) -> list[dict[str, float]]:
+    """:func:`evaluate_lengths` through the streaming path with a state intervention ``how``
+    (rlt.models.intervene.Intervention) applied: the same rows ``{length, metric, value}``."""
+    from rlt.models import intervene
+
+    was_training = model.training
+    model.eval()
+    rows: list[dict[str, float]] = []
+    try:
+        for length, loader in loaders.items():
+            parts, hits, total = [], 0, 0
+            for batch in loader:
+                batch = {
+                    k: v.to(_device(model)) if torch.is_tensor(v) else v for k, v in batch.items()
+                }
+                tokens, prompt_len = batch["tokens"], batch["prompt_len"]
+                logits = None
+                for p in torch.unique(prompt_len).tolist():  # the boundary is per prompt length
+                    idx = (prompt_len == p).nonzero().squeeze(1)
+                    cuts = how.cuts(tokens.shape[1], int(p))
+                    part, _ = intervene.stream(model, tokens[idx], cuts, how.parts)
+                    if logits is None:
+                        logits = part.new_zeros(*tokens.shape, part.shape[-1])
+                    logits[idx] = part
+                parts.append(task_metrics.example_metrics(logits, batch, acc_mode))
+                if with_exact:
+
+                    def generate(prompt, n, eos_id=None):
+                        return intervene.generate(model, prompt, n, how, eos_id=eos_id)
+
+                    ok = task_metrics.greedy_exact(generate, batch)
+                    hits, total = hits + int(ok.sum()), total + int(ok.numel())
+            metrics = {k: float(torch.cat([p[k] for p in parts]).float().mean()) for k in parts[0]}
+            if with_exact:
+                metrics["exact"] = hits / max(1, total)
+            rows += [{"length": int(length), "metric": k, "value": v} for k, v in metrics.items()]
+            if progress is not None:
+                progress(length, metrics)
+    finally:
+        model.train(was_training)
+    return rows
+
+
 def _device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device

@@ -1,0 +1,170 @@
+"""State interventions at evaluation time: which part of the state carries the computation?
+
+A model streams a sequence through its own transition (prefill, then the same transition token
+by token); at chosen positions one or more parts of its state are put back to what the model
+starts a sequence with, and the sequence goes on. Positions keep counting (RoPE and RLT-2's
+chunk boundaries stay anchored at position 0): only the dropped part forgets.
+
+Parts, per family:
+
+    RLT (RLT-1, RLT-2, RLT-0)  feedback  s_t back to the learned initial s* (RLT-0 has no fed-back
+                                         s_t, so dropping it changes nothing: a built-in control)
+                               window    every decoder block's sliding-window cache emptied
+                               memory    the encoder caches and the global memory of the tokens
+                                         so far
+    Transformer                memory    its KV caches
+    LSTM                       memory    its (h, c)
+    DeltaNet                   memory    its short-convolution buffers and matrix state
+
+``all`` is every part of the family. Where: ``boundary`` (before the first response token,
+the prompt/response boundary), ``P`` (before input position P, 0-based), ``every:K`` (before
+positions K, 2K, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor
+
+PARTS = {
+    "RecurrentLoopedTransformer": ("feedback", "window", "memory"),
+    "DecoderOnlyTransformer": ("memory",),
+    "LSTMModel": ("memory",),
+    "DeltaNet": ("memory",),
+}
+
+
+class InterventionError(ValueError):
+    """A drop or a position that does not apply (one line naming the valid ones)."""
+
+
+def parts_of(model) -> tuple[str, ...]:
+    name = type(model).__name__
+    if name not in PARTS:
+        raise InterventionError(f"state interventions do not know the family {name}")
+    return PARTS[name]
+
+
+@dataclass(frozen=True)
+class Intervention:
+    parts: tuple[str, ...]  # what is dropped
+    where: str  # "boundary" | "position" | "every"
+    k: int = 0  # the position P, or the period K
+
+    @property
+    def name(self) -> str:
+        at = {"boundary": "boundary", "position": str(self.k), "every": f"every{self.k}"}
+        return f"drop-{'+'.join(self.parts)}_at-{at[self.where]}"
+
+    def cuts(self, length: int, prompt_len: int) -> list[int]:
+        """The positions in (0, length) before which the state is dropped."""
+        if self.where == "boundary":
+            points = [prompt_len]
+        elif self.where == "position":
+            points = [self.k]
+        else:
+            points = list(range(self.k, length, self.k))
+        return [p for p in points if 0 < p < length]
+
+
+def parse(model, drop, at) -> Intervention:
+    """``state.drop`` (a part, a comma list or a list, or ``all``) and ``state.at``
+    (``boundary``, ``P`` or ``every:K``), checked against the model's family."""
+    have = parts_of(model)
+    asked = drop.split(",") if isinstance(drop, str) else list(drop or [])
+    asked = [str(p).strip() for p in asked if str(p).strip()]
+    if not asked:
+        raise InterventionError(f"state.drop is empty; name one of {', '.join(have)} or all")
+    parts = have if "all" in asked else tuple(dict.fromkeys(asked))
+    unknown = [p for p in parts if p not in have]
+    if unknown:
+        raise InterventionError(
+            f"state.drop={','.join(unknown)}: {type(model).__name__} has no such part; its "
+            f"parts are {', '.join(have)} (or all)"
+        )
+    text = str(at).strip()
+    if text == "boundary":
+        return Intervention(parts, "boundary")
+    try:
+        if text.startswith("every:"):
+            k = int(text[len("every:") :])
+            if k >= 1:
+                return Intervention(parts, "every", k)
+        else:
+            k = int(text)
+            if k >= 1:
+                return Intervention(parts, "position", k)
+    except ValueError:
+        pass
+    raise InterventionError(
+        f"state.at={at!r}: give boundary, a position P >= 1 or every:K with K >= 1"
+    )
+
+
+def drop(model, state, parts: tuple[str, ...], batch: int):
+    """A copy of ``state`` with ``parts`` back to the model's initial state (same position)."""
+    fresh = model.init_state(batch)
+    name = type(model).__name__
+    if name == "RecurrentLoopedTransformer":
+        changes = {}
+        if "feedback" in parts and state.s is not None:
+            changes["s"] = fresh.s
+        if "window" in parts:  # empty from here: its zero slots are masked, as before position 0
+            changes["window"], changes["window_from"] = fresh.window, state.position
+        if "memory" in parts:  # the memory then holds the positions from here on
+            changes["encoder"], changes["memory"] = fresh.encoder, fresh.memory
+            changes["memory_from"] = state.position
+        return replace(state, **changes)
+    if "memory" not in parts:
+        return state
+    if name == "DecoderOnlyTransformer":
+        return replace(state, layers=fresh.layers)
+    if name == "LSTMModel":
+        return replace(state, h=fresh.h, c=fresh.c)
+    return replace(state, layers=fresh.layers)
+
+
+@torch.no_grad()
+def stream(model, tokens: Tensor, cuts: list[int], parts: tuple[str, ...]):
+    """Logits (N, T, V) of ``tokens`` streamed through the model, the state's ``parts`` dropped
+    before each position in ``cuts``; and the state after the last token."""
+    n, t = tokens.shape
+    state = model.init_state(n)
+    outs, start = [], 0
+    for end in [*sorted({c for c in cuts if 0 < c < t}), t]:
+        logits, state = model.prefill(tokens[:, start:end], state)
+        outs.append(logits)
+        start = end
+        if end < t:
+            state = drop(model, state, parts, n)
+    return torch.cat(outs, dim=1), state
+
+
+@torch.no_grad()
+def generate(
+    model, prompt: Tensor, max_new_tokens: int, how: Intervention, eos_id: int | None = None
+) -> Tensor:
+    """Greedy continuation as ``SequenceModel.generate``, with the intervention applied: the
+    prompt is streamed with its cuts, and the state is dropped before each generated position
+    that is a cut (the boundary is the prompt's end)."""
+    n, p = prompt.shape
+    cuts = set(how.cuts(p + max_new_tokens, p))
+    logits, state = stream(model, prompt, sorted(cuts), how.parts)
+    next_token = logits[:, -1].argmax(-1)
+    finished = torch.zeros(n, dtype=torch.bool, device=prompt.device)
+    out = [prompt]
+    for i in range(max_new_tokens):
+        token = torch.where(finished, torch.zeros_like(next_token), next_token)
+        out.append(token[:, None])
+        if eos_id is not None:
+            finished |= token == eos_id
+            if bool(finished.all()):
+                break
+        if i + 1 < max_new_tokens:
+            if p + i in cuts:  # dropped before the model consumes position p + i
+                state = drop(model, state, how.parts, n)
+            step_logits, state = model.step(token, state)
+            next_token = step_logits.argmax(-1)
+    return torch.cat(out, dim=1)
