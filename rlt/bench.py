@@ -44,7 +44,14 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from rlt.models import RLTConfig, TransformerConfig, build_model, parse_split
+from rlt.models import (
+    DeltaNetConfig,
+    LSTMConfig,
+    RLTConfig,
+    TransformerConfig,
+    build_model,
+    parse_split,
+)
 
 PRESETS: dict[str, dict[str, Any]] = {
     # the report's width and split (shared/SPEC.md section 1), issue 7's micro-batch and length
@@ -53,6 +60,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "small": dict(d_model=64, n_heads=4, d_ff=170, split="2+2", batch=64, length=40),
 }
 VARIANTS = ("transformer", "rlt0", "rlt1", "rlt2")
+# Stream mode also measures the recurrent baselines (not in the report), depth = the split total.
+STREAM_ONLY = ("lstm", "deltanet")
 
 
 def build_variants(args: argparse.Namespace) -> dict[str, torch.nn.Module]:
@@ -80,6 +89,14 @@ def build_variants(args: argparse.Namespace) -> dict[str, torch.nn.Module]:
         elif name == "rlt2":
             models[name] = copy.deepcopy(rlt1)
             models[name].feedback_interval = args.rlt2_interval
+        elif name == "lstm":
+            torch.manual_seed(args.seed)
+            models[name] = build_model(
+                LSTMConfig(d_model=args.d_model, n_layers=n_enc + n_dec, vocab_size=140)
+            )
+        elif name == "deltanet":
+            torch.manual_seed(args.seed)
+            models[name] = build_model(DeltaNetConfig(n_layers=n_enc + n_dec, **common))
     return {name: m.to(args.device) for name, m in models.items()}
 
 
@@ -307,6 +324,17 @@ class _Step:
         _, self.state = self.model.step(self.token, self.state)
 
 
+def split_bytes(state: Any) -> tuple[int, int]:
+    """(growing, bounded) bytes of a streaming state: what grows with the position (the RLT's
+    encoder caches and memory, the Transformer's KV caches) and what does not (the RLT's s_t
+    and window caches, the LSTM's (h, c), DeltaNet's state)."""
+    if hasattr(state, "recurrent_nbytes"):  # RLTState
+        return state.encoder_nbytes(), state.recurrent_nbytes()
+    if type(state).__name__ == "TransformerState":
+        return state.nbytes(), 0
+    return 0, state.nbytes()
+
+
 def bench_stream(args: argparse.Namespace) -> dict[str, Any]:
     """Prefill throughput, decode latency at each position, state bytes per sequence."""
     models = build_variants(args)
@@ -325,23 +353,26 @@ def bench_stream(args: argparse.Namespace) -> dict[str, Any]:
                     args.device,
                 )
                 prefill.append(w)
-            latency, state_bytes, recurrent_bytes = {}, {}, {}
+            latency, state_bytes, recurrent_bytes, growing_bytes = {}, {}, {}, {}
             for p in args.positions:
                 _, state = model.prefill(tokens[:, :p], model.init_state(args.stream_batch))
+                # The state after p tokens (the timed steps below move it on).
+                state_bytes[p] = state.nbytes() / args.stream_batch
+                growing, bounded = split_bytes(state)
+                growing_bytes[p] = growing / args.stream_batch
+                recurrent_bytes[p] = bounded / args.stream_batch
                 times = []
                 for _ in range(max(5, args.repeats)):  # consecutive steps from position p
                     step = _Step(model, tokens[:, p], state)
                     times.append(timed(step, args.device)[0])
                     state = step.state
                 latency[p] = statistics.median(times)
-                state_bytes[p] = state.nbytes() / args.stream_batch
-                recurrent = getattr(state, "recurrent_nbytes", None)
-                recurrent_bytes[p] = None if recurrent is None else recurrent() / args.stream_batch
             rows[name] = {
                 "prefill_tokens_per_s": args.stream_batch * last / statistics.median(prefill),
                 "decode_s": latency,
                 "state_bytes_per_seq": state_bytes,
-                "recurrent_state_bytes_per_seq": recurrent_bytes,
+                "recurrent_state_bytes_per_seq": recurrent_bytes,  # the bounded part
+                "growing_state_bytes_per_seq": growing_bytes,
             }
             print(f"  {name:<12} done", flush=True)
     first, final = min(args.positions), max(args.positions)
@@ -392,16 +423,18 @@ def print_stream(result: dict[str, Any], args: argparse.Namespace) -> None:
     rows = result["rows"]
     print(f"\nstreaming, batch {args.stream_batch}, d={args.d_model} split {args.split}")
     cols = "".join(f"{'decode@' + str(p) + ' ms':>16}" for p in args.positions)
+    last = max(args.positions)
     print(
-        f"{'variant':<12}{'prefill tok/s':>14}{cols}{'state KB/seq @' + str(max(args.positions)):>20}{'recurrent KB':>14}"
+        f"{'variant':<12}{'prefill tok/s':>14}{cols}{'state KB/seq @' + str(last):>20}"
+        f"{'growing KB':>12}{'bounded KB':>12}"
     )
     for name, r in rows.items():
-        last = max(args.positions)
-        rec = r["recurrent_state_bytes_per_seq"][last]
         print(
             f"{name:<12}{r['prefill_tokens_per_s']:>14.0f}"
             + "".join(f"{1e3 * r['decode_s'][p]:>16.2f}" for p in args.positions)
-            + f"{r['state_bytes_per_seq'][last] / 1024:>20.1f}{'-' if rec is None else f'{rec / 1024:.1f}':>14}"
+            + f"{r['state_bytes_per_seq'][last] / 1024:>20.1f}"
+            + f"{r['growing_state_bytes_per_seq'][last] / 1024:>12.1f}"
+            + f"{r['recurrent_state_bytes_per_seq'][last] / 1024:>12.1f}"
         )
     key = next(k for k in result if k.startswith("decode_"))
     print(f"{key}: " + ", ".join(f"{k} = {v:.2f}" for k, v in result[key].items()))
@@ -456,9 +489,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, value)
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = set(args.variants) - set(VARIANTS)
+    known = set(VARIANTS) | (set(STREAM_ONLY) if args.mode == "stream" else set())
+    unknown = set(args.variants) - known
     if unknown:
-        parser.error(f"--variants: unknown {sorted(unknown)}; choose from {','.join(VARIANTS)}")
+        parser.error(
+            f"--variants: unknown {sorted(unknown)}; choose from {','.join(VARIANTS)} "
+            f"({','.join(STREAM_ONLY)} too with --mode stream)"
+        )
     args.positions = sorted(int(p) for p in args.positions.split(","))
     if args.cuda_graph and args.device != "cuda":
         parser.error("--cuda-graph needs --device cuda")
@@ -494,6 +531,18 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         parser.error("--positions must be positive integers")
 
 
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux), so a ratio is read with its host."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -504,6 +553,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "config": {k: v for k, v in vars(args).items() if k != "json"},
         "machine": {
             "cpu": platform.processor() or platform.machine(),
+            "cpu_model": cpu_model(),
             "cpu_count": os.cpu_count(),
             "threads": torch.get_num_threads(),
             "torch": torch.__version__,

@@ -127,3 +127,32 @@ def test_bench_native_times_the_cpp_loop_with_the_same_keys(tmp_path, monkeypatc
     assert result["ratios"].keys() == eager["ratios"].keys()
     assert result["train"]["native_build_s"] >= 0 and eager["train"]["native_build_s"] is None
     assert "forward_loop" in calls and "backward_loop" in calls
+
+
+def test_stream_bench_measures_every_family_and_splits_the_state_bytes(tmp_path) -> None:
+    """Issue 39: every family in stream mode; the growing part of the state is linear in the
+    position (RLT encoder caches and memory, the Transformer's KV caches) and the bounded part
+    constant (RLT s_t and windows, LSTM (h, c), DeltaNet's state), checked at positions 4 and 8."""
+    out = tmp_path / "stream.json"
+    argv = "--preset small --d-model 32 --n-heads 4 --d-ff 48 --split 1+1 --threads 1"
+    argv += " --repeats 1 --mode stream --positions 4,8 --stream-batch 2"
+    argv += f" --variants rlt1,rlt2,rlt0,transformer,lstm,deltanet --json {out}"
+    bench.main(argv.split())
+    saved = json.loads(out.read_text())
+    rows = saved["stream"]["rows"]
+    assert set(rows) == {"rlt1", "rlt2", "rlt0", "transformer", "lstm", "deltanet"}
+    assert saved["machine"]["cpu_model"]
+    for name, r in rows.items():
+        grow, bound = r["growing_state_bytes_per_seq"], r["recurrent_state_bytes_per_seq"]
+        assert grow["8"] == 2 * grow["4"], name  # linear (zero for the recurrent baselines)
+        assert bound["8"] == bound["4"], name  # constant
+        assert grow["8"] + bound["8"] == r["state_bytes_per_seq"]["8"], name
+    assert rows["lstm"]["growing_state_bytes_per_seq"]["8"] == 0
+    assert rows["transformer"]["recurrent_state_bytes_per_seq"]["8"] == 0
+    assert rows["rlt1"]["growing_state_bytes_per_seq"]["8"] > 0
+
+
+def test_stream_only_variants_are_refused_in_train_mode(capsys) -> None:
+    with pytest.raises(SystemExit):
+        bench.parse_args("--preset small --mode train --variants lstm".split())
+    assert "with --mode stream" in capsys.readouterr().err
