@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+import rlt.allocator
 from rlt.models import (
     DeltaNetConfig,
     LSTMConfig,
@@ -52,6 +53,11 @@ from rlt.models import (
     build_model,
     parse_split,
 )
+
+try:
+    import resource
+except ImportError:  # not on Windows: page faults are reported as 0
+    resource = None  # type: ignore[assignment]
 
 PRESETS: dict[str, dict[str, Any]] = {
     # the report's width and split (shared/SPEC.md section 1), issue 7's micro-batch and length
@@ -151,6 +157,11 @@ def timed(fn: Callable[[], Any], device: str) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
+def minor_faults() -> int:
+    """Minor page faults of this process so far (pages the kernel mapped in again)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt if resource else 0
+
+
 def count_flops(fn: Callable[[], Any]) -> int:
     """FLOPs of one call, as FlopCounterMode counts them (matmul-family ops only)."""
     with FlopCounterMode(display=False) as counter:
@@ -240,14 +251,17 @@ def bench_train(args: argparse.Namespace) -> dict[str, Any]:
         steps = {name: cuda_graphed(fn) for name, fn in steps.items()}
     wall: dict[str, list[float]] = {name: [] for name in steps}
     cpu: dict[str, list[float]] = {name: [] for name in steps}
+    faults: dict[str, list[int]] = {name: [] for name in steps}
     first: dict[str, float] = {}
     for round_ in range(args.warmup + args.repeats):
         for name, fn in steps.items():  # interleaved: load drift hits every variant alike
+            before = minor_faults()
             w, c = timed(fn, args.device)
             first.setdefault(name, w)
             if round_ >= args.warmup:
                 wall[name].append(w)
                 cpu[name].append(c)
+                faults[name].append(minor_faults() - before)
             print(f"  round {round_ + 1 - args.warmup:>2} {name:<12} {w:8.3f} s", flush=True)
     memory = (
         {name: peak_memory(fn, args.device) for name, fn in steps.items()} if args.memory else {}
@@ -259,7 +273,10 @@ def bench_train(args: argparse.Namespace) -> dict[str, Any]:
         rows[name] = {
             "params": sum(p.numel() for p in models[name].parameters()),
             "wall_s": summary(wall[name]),
+            # the spread the targets are judged on: slowest over fastest timed round
+            "spread": max(wall[name]) / min(wall[name]),
             "cpu_s": summary(cpu[name]),
+            "minor_faults_per_step": statistics.median(faults[name]),
             "flops": flops[name],
             "gflops_per_s": flops[name] / med / 1e9,
             "fraction_of_mm": flops[name] / med / 1e9 / rate,
@@ -390,8 +407,9 @@ def print_train(result: dict[str, Any], args: argparse.Namespace) -> None:
         f"{' compiled' if args.compile else ''}{' native' if args.native else ''}"
     )
     header = (
-        f"{'variant':<12}{'params':>12}{'median s':>10}{'min-max s':>16}{'cpu s':>8}"
-        f"{'x rlt0':>8}{'x tf':>7}{'GFLOP':>9}{'GFLOP/s':>9}{'% mm':>6}{'peak MB':>9}"
+        f"{'variant':<12}{'params':>12}{'median s':>10}{'min-max s':>16}{'max/min':>8}"
+        f"{'cpu s':>8}{'x rlt0':>8}{'x tf':>7}{'GFLOP':>9}{'GFLOP/s':>9}{'% mm':>6}"
+        f"{'peak MB':>9}{'faults/step':>12}"
     )
     print(header)
     for name, r in rows.items():
@@ -401,9 +419,10 @@ def print_train(result: dict[str, Any], args: argparse.Namespace) -> None:
         peak = "-" if r["peak_bytes"] is None else f"{r['peak_bytes'] / 2**20:.0f}"
         print(
             f"{name:<12}{r['params']:>12,}{med:>10.3f}"
-            f"{r['wall_s']['min']:>8.3f}-{r['wall_s']['max']:<7.3f}{r['cpu_s']['median']:>8.3f}"
-            f"{x0:>8}{xt:>7}{r['flops'] / 1e9:>9.1f}{r['gflops_per_s']:>9.1f}"
-            f"{100 * r['fraction_of_mm']:>6.0f}{peak:>9}"
+            f"{r['wall_s']['min']:>8.3f}-{r['wall_s']['max']:<7.3f}{r['spread']:>8.2f}"
+            f"{r['cpu_s']['median']:>8.3f}{x0:>8}{xt:>7}{r['flops'] / 1e9:>9.1f}"
+            f"{r['gflops_per_s']:>9.1f}{100 * r['fraction_of_mm']:>6.0f}{peak:>9}"
+            f"{r['minor_faults_per_step']:>12,.0f}"
         )
     if args.compile:
         print(
@@ -417,6 +436,11 @@ def print_train(result: dict[str, Any], args: argparse.Namespace) -> None:
         f"{rate:.1f} GFLOP/s"
     )
     print("ratios: " + ", ".join(f"{k} = {v:.3f}" for k, v in result["ratios"].items()))
+    print(
+        "spread (max/min over the timed rounds): "
+        + ", ".join(f"{name} {r['spread']:.2f}" for name, r in rows.items())
+        + f"; host CPU: {cpu_model()}; allocator (rlt/allocator.py): {rlt.allocator.status}"
+    )
 
 
 def print_stream(result: dict[str, Any], args: argparse.Namespace) -> None:
@@ -558,6 +582,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "threads": torch.get_num_threads(),
             "torch": torch.__version__,
             "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+            "allocator": rlt.allocator.status,
         },
     }
     if args.mode in ("train", "both"):
@@ -568,6 +593,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result["stream"] = bench_stream(args)
         print_stream(result["stream"], args)
     result["machine"]["loadavg_before_after"] = [load_before[0], os.getloadavg()[0]]
+    if resource is not None:  # resident set at its largest (kB on Linux)
+        result["machine"]["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"load average (1 min) before/after: {load_before[0]:.2f} / {os.getloadavg()[0]:.2f}")
     if args.json:
         with open(args.json, "w") as f:

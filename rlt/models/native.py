@@ -4,8 +4,9 @@ The eager fused path (rlt/models/recurrence.py) spends much of a small model's s
 Python interpreter between its per-token ATen calls. The C++ loops make the same calls, in
 the same order, on the same buffers, with the interpreter and the autograd dispatch gone;
 ``fused_decode(..., native=True)`` selects them. PyTorch's extension API compiles the file
-once per machine and torch version (into ``TORCH_EXTENSIONS_DIR``, by default
-``~/.cache/torch_extensions``; ~30 s) and later processes load the cached library.
+once per environment (into ``TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``,
+under a name that carries a digest of the source, torch and Python: ``library_name()``; ~30 s)
+and later processes load the cached library.
 """
 
 from __future__ import annotations
@@ -21,6 +22,31 @@ from pathlib import Path
 
 SOURCE = Path(__file__).parent / "csrc" / "token_loop.cpp"
 NAME = "rlt_token_loop"
+CFLAGS = ["-O2"]
+
+
+@functools.cache
+def library_name() -> str:
+    """``NAME`` plus a digest of everything the build depends on: the source's text and path,
+    this torch (version, headers) and this Python. Two environments that share the extension
+    cache (two venvs or clones under one home directory) then build one library each, once,
+    where under a shared name each would rebuild the other's (ninja sees another command line)."""
+    import hashlib
+
+    import torch
+    from torch.utils.cpp_extension import include_paths
+
+    parts = [
+        SOURCE.read_text(),
+        str(SOURCE.resolve()),
+        torch.__version__,
+        *include_paths(),
+        sys.executable,
+        sys.version,
+        os.environ.get("CXX", "c++"),
+        *CFLAGS,
+    ]
+    return f"{NAME}_{hashlib.sha256(chr(0).join(parts).encode()).hexdigest()[:12]}"
 
 
 def native_available() -> tuple[bool, str]:
@@ -96,7 +122,7 @@ def is_built() -> bool:
         directory = _build_directory()
     except Exception:  # a private helper: without it, assume nothing is built
         return False
-    return any(directory.glob(f"{NAME}*.so"))
+    return any(directory.glob(f"{library_name()}*.so"))
 
 
 # How long a process waits for another one that builds the library before it gives up (the
@@ -107,7 +133,7 @@ BUILD_WAIT_S = 600.0
 def _build_directory() -> Path:
     from torch.utils.cpp_extension import _get_build_directory
 
-    return Path(_get_build_directory(NAME, verbose=False))
+    return Path(_get_build_directory(library_name(), verbose=False))
 
 
 @contextlib.contextmanager
@@ -164,8 +190,8 @@ def token_loop():
         os.environ["PATH"] = ninja_dir + os.pathsep + os.environ.get("PATH", "")
     with _build_lock(_build_directory()):
         return load(
-            name=NAME,
+            name=library_name(),
             sources=[str(SOURCE)],
-            extra_cflags=["-O2"],
+            extra_cflags=CFLAGS,
             verbose=False,
         )

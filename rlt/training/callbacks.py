@@ -128,9 +128,14 @@ class ValidationAndCheckpoints(L.Callback):
         self.best: dict[str, dict[str, Any]] = {}
         self.train_seconds = 0.0
         self.timed_steps = 0
+        # process CPU seconds of the timed steps (core-seconds: unlike wall time, not inflated by
+        # other jobs on a shared machine), in all and per chunk size B in force (schedules)
+        self.cpu_seconds = 0.0
+        self.by_interval: dict[str, dict[str, float]] = {}
         self.stopped_early: int | None = None  # the step, when early stopping ended the run
         # Per-process state.
         self._t0: float | None = None
+        self._c0 = 0.0
         self._last_step = -1
         self._loss_acc: list[float] = []
 
@@ -142,6 +147,8 @@ class ValidationAndCheckpoints(L.Callback):
             "best": self.best,
             "train_seconds": self.train_seconds,
             "timed_steps": self.timed_steps,
+            "cpu_seconds": self.cpu_seconds,
+            "by_interval": self.by_interval,
             "stopped_early": self.stopped_early,
         }
 
@@ -151,6 +158,9 @@ class ValidationAndCheckpoints(L.Callback):
         self.best = dict(state["best"])
         self.train_seconds = float(state["train_seconds"])
         self.timed_steps = int(state["timed_steps"])
+        # absent from checkpoints written before it was recorded: counted from the resume on
+        self.cpu_seconds = float(state.get("cpu_seconds", 0.0))
+        self.by_interval = {k: dict(v) for k, v in state.get("by_interval", {}).items()}
         self.stopped_early = state.get("stopped_early")
 
     # -- hooks ----------------------------------------------------------------------------
@@ -164,12 +174,18 @@ class ValidationAndCheckpoints(L.Callback):
         )
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self._t0 = time.perf_counter()
+        self._t0, self._c0 = time.perf_counter(), time.process_time()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self._t0 is not None:
-            self.train_seconds += time.perf_counter() - self._t0
+            wall, cpu = time.perf_counter() - self._t0, time.process_time() - self._c0
+            self.train_seconds += wall
+            self.cpu_seconds += cpu
             self._t0 = None
+            b = str(getattr(pl_module.model, "feedback_interval", None))
+            cost = self.by_interval.setdefault(b, {"steps": 0, "seconds": 0.0, "cpu_seconds": 0.0})
+            cost["seconds"] += wall
+            cost["cpu_seconds"] += cpu
         if outputs is not None and "loss" in outputs:
             self._loss_acc.append(float(outputs["loss"]))
         step = trainer.global_step
@@ -177,6 +193,9 @@ class ValidationAndCheckpoints(L.Callback):
             return  # inside a gradient-accumulation cycle
         self._last_step = step
         self.timed_steps += 1
+        b = str(getattr(pl_module.model, "feedback_interval", None))
+        if b in self.by_interval:
+            self.by_interval[b]["steps"] += 1
         if self._loss_acc:
             # Lightning reports the loss divided by the accumulation count; undo for the record.
             mean = sum(self._loss_acc) / len(self._loss_acc) * trainer.accumulate_grad_batches

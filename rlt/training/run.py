@@ -489,6 +489,11 @@ def _write_results(
         "train_seconds": recorder.train_seconds,
         "timed_steps": recorder.timed_steps,
         "fit_seconds_this_process": fit_seconds,
+        # core-seconds (process CPU time) of the timed steps, in all and per chunk size B in
+        # force ("None": no feedback; a feedback schedule has one entry per stage's B)
+        "cpu_seconds": recorder.cpu_seconds,
+        "cpu_sec_per_step": recorder.cpu_seconds / max(1, recorder.timed_steps),
+        "by_interval": recorder.by_interval,
         "threads": torch.get_num_threads(),
         "pid": os.getpid(),
     }

@@ -215,3 +215,37 @@ def test_auto_falling_back_says_so_on_the_console(tmp_path, monkeypatch, capsys)
     assert out["state"] == "done"
     lines = [x for x in capsys.readouterr().out.splitlines() if "warning" in x]
     assert len(lines) == 1 and "ninja: build stopped" in lines[0] and "Python loop" in lines[0]
+
+
+def test_library_name_is_per_environment(monkeypatch, tmp_path):
+    """Two environments sharing the extension cache build under different names (else each
+    rebuilds the other's library); one environment keeps one name across processes."""
+    import subprocess
+    import sys
+
+    name = native.library_name()
+    again = subprocess.run(
+        [sys.executable, "-c", "import rlt.models.native as n; print(n.library_name())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert again == name
+    assert name.startswith(native.NAME + "_")
+    copy = tmp_path / "token_loop.cpp"  # another clone: the same text at another path
+    copy.write_text(native.SOURCE.read_text())
+    monkeypatch.setattr(native, "SOURCE", copy)
+    native.library_name.cache_clear()
+    try:
+        other = native.library_name()
+        assert other != name
+        import torch.utils.cpp_extension as ext
+
+        monkeypatch.setattr(native, "SOURCE", copy)
+        monkeypatch.setattr(ext, "include_paths", lambda *a, **k: ["/elsewhere/include"])
+        native.library_name.cache_clear()
+        assert native.library_name() not in (name, other)  # another torch's headers
+    finally:
+        monkeypatch.undo()
+        native.library_name.cache_clear()
+    assert native.library_name() == name

@@ -67,6 +67,12 @@ def test_schedule_is_recorded_and_resume_continues_it(tmp_path):
         (6, 1),
     ]
     assert {b["feedback_interval"] for b in straight["test_by_policy"].values()} == {1}
+    # the cost of each stage: steps 0-1 at B=4, 2-3 at B=2, 4-5 at B=1, core-seconds each
+    timing = straight["timing"]
+    assert {b: c["steps"] for b, c in timing["by_interval"].items()} == {"4": 2, "2": 2, "1": 2}
+    assert all(c["cpu_seconds"] > 0 for c in timing["by_interval"].values())
+    total = sum(c["cpu_seconds"] for c in timing["by_interval"].values())
+    assert total == pytest.approx(timing["cpu_seconds"])
 
     crash = compose_cfg(tiny(tmp_path / "b", "callbacks.inject_failure={kind: error, step: 3}"))
     with pytest.raises(RuntimeError, match="injected failure"):
@@ -75,6 +81,12 @@ def test_schedule_is_recorded_and_resume_continues_it(tmp_path):
     assert out["state"] == "resumed"
     resumed = load_results(Path(out["run_dir"]))
     assert resumed["val_curve"] == straight["val_curve"]
+    # steps before the crash (restored from last.ckpt) and after the resume, each counted once
+    assert {b: c["steps"] for b, c in resumed["timing"]["by_interval"].items()} == {
+        "4": 2,
+        "2": 2,
+        "1": 2,
+    }
     assert resumed["test_by_policy"] == straight["test_by_policy"]
 
 
