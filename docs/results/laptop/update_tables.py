@@ -8,6 +8,8 @@ prints and from the committed result files, so every number on the page is the t
     <!-- early-stop:start --> ... <!-- early-stop:end -->  the 17 early-stopped runs beside their
                                                        fixed-step retrains
     <!-- budget:start --> ... <!-- budget:end -->       steps/s and core-hours per cell and budget
+    <!-- schedule:start --> ... <!-- schedule:end -->   issue 38 item 4: the chunk-size schedule
+                                                       at 16,000 steps beside RLT-1 and RLT-2 B=4
 
     python docs/results/laptop/update_tables.py            # rewrite
     python docs/results/laptop/update_tables.py --check    # exit 1 if the page is out of date
@@ -58,6 +60,7 @@ def rendered() -> tuple[str, str]:
     }
     bodies["early-stop"] = early_stop_table()
     bodies["budget"] = budget_table()
+    bodies["schedule"] = schedule_section()
     for region, body in bodies.items():
         start, end = f"<!-- {region}:start -->", f"<!-- {region}:end -->"
         pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
@@ -136,6 +139,187 @@ def budget_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+# Issue 38, item 4: per task, the schedule cells beside the fixed-B cells they sit between.
+SCHEDULE_CELLS = {
+    "parity_3to16": [
+        ("RLT-1 2+2", "rlt1/2+2"),
+        ("RLT-2 B=4 2+2", "rlt2_b4/2+2"),
+        ("RLT-2 B=4→1 at 50 % 2+2", "rlt2_sched_4to1/2+2"),
+        ("RLT-2 B=4→1 at 75 % 2+2", "rlt2_sched_4to1_late/2+2"),
+    ],
+    "s5_swaps": [
+        ("RLT-1 2+2", "rlt1/2+2"),
+        ("RLT-2 B=4 2+2", "rlt2_b4/2+2"),
+        ("RLT-2 B=4→1 at 50 % 2+2", "rlt2_sched_4to1/2+2"),
+    ],
+}
+# Runs whose training was paused (SIGSTOP while a benchmark had the machine): their wall time
+# is not a cost, and they predate timing.cpu_seconds.
+PAUSED = {("parity_3to16", "rlt2_sched_4to1/2+2", 42)}
+
+
+def _mean_sd(values: list[float]) -> str:
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    mean = sum(values) / len(values)
+    sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+    return f"{mean:.2f} ± {sd:.2f}"
+
+
+def _stage_costs(task: str, cell: str, seed: int, res: dict) -> list[tuple[str, int, float, str]]:
+    """(B, steps, core-seconds, source) per stage of one run: timing.by_interval (process CPU
+    time) where recorded; else, for a run without a schedule, its whole training at wall time
+    (1-thread runs, one per core: wall ~ core-seconds); else nothing."""
+    timing = res.get("timing") or {}
+    if (task, cell, seed) in PAUSED:
+        return []
+    if timing.get("by_interval"):
+        return [
+            (b, int(c["steps"]), float(c["cpu_seconds"]), "cpu")
+            for b, c in sorted(timing["by_interval"].items(), key=lambda kv: -int(kv[0]))
+        ]
+    if res.get("feedback_schedule") is None and timing.get("train_seconds"):
+        b = str((res.get("run") or {}).get("feedback_interval"))
+        return [(b, int(timing["timed_steps"]), float(timing["train_seconds"]), "wall")]
+    return []
+
+
+def schedule_section() -> str:
+    """Issue 38 item 4: test accuracy at every length (mean ± SD, then per seed), validation
+    accuracy at the selected step, and training cost per stage, for the schedule cells and the
+    fixed-B cells beside them, all at 16,000 steps (seeds 42-44)."""
+    out = []
+    for task, cells in SCHEDULE_CELLS.items():
+        runs = {
+            label: {
+                int(p.parent.name[4:]): json.loads(p.read_text())
+                for p in sorted((LONG / task / cell).glob("seed*/results.json"))
+            }
+            for label, cell in cells
+        }
+        lengths = sorted(
+            {
+                r["length"]
+                for by_seed in runs.values()
+                for res in by_seed.values()
+                for r in res["test"]
+                if r["metric"] == "acc"
+            }
+        )
+        out.append(f"**{task}**, test accuracy (%) by length, checkpoint min_val_loss:\n")
+        out.append("| model | n | " + " | ".join(str(n) for n in lengths) + " | val % (selected) |")
+        out.append("|---|---:|" + "---:|" * (len(lengths) + 1))
+        seeds_lines, cost_lines = [], []
+        for (label, cell), by_seed in zip(cells, runs.values()):
+            acc = {
+                n: [
+                    100 * r["value"]
+                    for res in by_seed.values()
+                    for r in res["test"]
+                    if r["metric"] == "acc" and r["length"] == n
+                ]
+                for n in lengths
+            }
+            val = [100 * res["selection"]["val"]["acc"] for res in by_seed.values()]
+            out.append(
+                f"| {label} | {len(by_seed)} | "
+                + " | ".join(_mean_sd(acc[n]) for n in lengths)
+                + f" | {_mean_sd(val)} |"
+            )
+            for seed, res in by_seed.items():
+                top = [
+                    r for r in res["test"] if r["metric"] == "acc" and r["length"] == lengths[-1]
+                ]
+                seeds_lines.append(
+                    f"{label} seed {seed}: {100 * top[0]['value']:.2f} at {lengths[-1]}, "
+                    f"val {100 * res['selection']['val']['acc']:.2f}"
+                    if top
+                    else ""
+                )
+                stages = _stage_costs(task, cell, seed, res)
+                if stages:
+                    total = sum(c for _, _, c, _ in stages)
+                    parts = ", ".join(
+                        f"B={b}: {n:,} steps, {c:,.0f} core-s ({n / c:.1f} steps/s)"
+                        for b, n, c, _ in stages
+                    )
+                    src = "wall time, 1 thread" if stages[0][3] == "wall" else "process CPU time"
+                    cost_lines.append(
+                        f"{label} seed {seed}: {total:,.0f} core-s in all; {parts} ({src})"
+                    )
+                else:
+                    why = (
+                        "paused during a benchmark; wall time is not its cost"
+                        if (task, cell, seed) in PAUSED
+                        else "not recorded"
+                    )
+                    cost_lines.append(f"{label} seed {seed}: cost {why}")
+        if not any(runs[label] for label, _ in cells[2:]):
+            out.append("\nNo schedule run of this task has finished yet.")
+        out.append("\nPer seed: " + "; ".join(line for line in seeds_lines if line) + ".")
+        out.append("\nTraining cost per stage:\n")
+        out.extend(f"- {line}" for line in cost_lines)
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def _core_seconds_at(task: str, cell: str, seed: int, res: dict) -> dict[int, float] | None:
+    """Core-seconds spent by each validation step of one run, from its stage costs (each
+    stage's steps at that stage's mean seconds per step); None where the cost is unknown."""
+    stages = _stage_costs(task, cell, seed, res)
+    if not stages:
+        return None
+    rate = {b: c / n for b, n, c, _ in stages}
+    schedule = res.get("feedback_schedule") or [
+        [0, int(stages[0][0]) if stages[0][0].isdigit() else None]
+    ]
+    out, spent, last = {}, 0.0, 0
+    for row in res["val_curve"]:
+        for step in range(last, row["step"]):
+            b = max((s for s in schedule if s[0] <= step), key=lambda s: s[0])[1]
+            spent += rate.get(str(b), rate[stages[0][0]])
+        last = row["step"]
+        out[row["step"]] = spent
+    return out
+
+
+def schedule_figure(path: Path) -> None:
+    """Validation accuracy against core-seconds, mean over the seeds whose cost is known, one
+    panel per task: RLT-1 2+2, RLT-2 B=4 2+2 and the schedules (issue 38, item 4)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(SCHEDULE_CELLS), figsize=(6 * len(SCHEDULE_CELLS), 4))
+    for ax, (task, cells) in zip(axes, SCHEDULE_CELLS.items()):
+        for label, cell in cells:
+            curves = []
+            for p in sorted((LONG / task / cell).glob("seed*/results.json")):
+                res = json.loads(p.read_text())
+                spent = _core_seconds_at(task, cell, int(p.parent.name[4:]), res)
+                if spent:
+                    curves.append(
+                        {r["step"]: (spent[r["step"]], r["acc"]) for r in res["val_curve"]}
+                    )
+            if not curves:
+                continue
+            steps = sorted(set.intersection(*(set(c) for c in curves)))
+            x = [sum(c[s][0] for c in curves) / len(curves) for s in steps]
+            y = [100 * sum(c[s][1] for c in curves) / len(curves) for s in steps]
+            ax.plot(x, y, label=f"{label} (n={len(curves)})", lw=1.2)
+        ax.set_title(f"{task}, 16,000 steps")
+        ax.set_xlabel("core-seconds of training (mean over seeds)")
+        ax.set_ylabel("validation accuracy (%)")
+        ax.set_ylim(0, 101)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     old, new = rendered()
     if argv and "--check" in argv:
@@ -145,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     (HERE / "README.md").write_text(new)
     print(f"updated {HERE / 'README.md'}")
+    schedule_figure(HERE / "figures" / "schedule_val_vs_core_seconds.png")
     return 0
 
 
