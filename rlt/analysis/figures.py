@@ -153,6 +153,11 @@ def _draw_lengths(ax: plt.Axes, c: Collection, pts: pd.DataFrame, *, log_x: bool
             ms=4,
             **style,
         )
+        # every seed as a small hollow marker: a bimodal outcome (100 / 53 / 100) shows its
+        # failed seed instead of hiding behind a mean and a wide bar
+        xs = [xi for xi, vals in zip(x, grp["values"]) for _ in vals]
+        ys = [v for vals in grp["values"] for v in vals]
+        ax.scatter(xs, ys, s=12, facecolors="none", edgecolors=style["color"], lw=0.8, alpha=0.7)
 
 
 def _is_log(lengths: Sequence[float]) -> bool:
@@ -271,20 +276,17 @@ def _curves(
             info = c.row_info(row)
             if info["chance"] is not None:
                 ax.axhline(info["chance"] * scale, color="0.35", ls=":", lw=1.2, label="chance")
+        use_log = log_y and bool((pts["min"] > 0).all())
         for label, grp in pts.groupby("label", sort=False):
             style = model_style(c.models[label])
             ax.plot(grp["step"], grp["mean"], label=label, color=style["color"], lw=1.4)
             sd = grp["sd"].fillna(0)
             top = 100.0 if scale == 100 else float("inf")
-            ax.fill_between(
-                grp["step"],
-                (grp["mean"] - sd).clip(lower=0),
-                (grp["mean"] + sd).clip(upper=top),
-                color=style["color"],
-                alpha=0.18,
-                lw=0,
-            )
-        if log_y and (pts["mean"] > 0).all():
+            low, high = (grp["mean"] - sd).clip(lower=0), (grp["mean"] + sd).clip(upper=top)
+            if use_log:  # mean - SD can be <= 0, off a log axis: band = the seeds' min-max
+                low, high = grp["min"], grp["max"]
+            ax.fill_between(grp["step"], low, high, color=style["color"], alpha=0.18, lw=0)
+        if use_log:
             ax.set_yscale("log")
         if scale == 100:
             ax.set_ylim(-3, 103)
@@ -321,7 +323,8 @@ def val_curves(
 def train_loss_curves(
     c: Collection, out_dir: str | Path, *, formats: Sequence[str] = ("png", "pdf")
 ) -> list[FigureResult]:
-    """Training loss vs step per task, mean with a ± SD band over seeds, log y."""
+    """Training loss vs step per task, the mean over seeds with the seeds' min-max as band
+    (log y: mean - SD may be <= 0)."""
     return _curves(
         c,
         c.train,
@@ -504,8 +507,9 @@ def probe_points(c: Collection, row: str, target: str) -> pd.DataFrame:
 def probe_curves(
     c: Collection, out_dir: str | Path, *, formats: Sequence[str] = ("png", "pdf")
 ) -> list[FigureResult]:
-    """Per task: the length curve (test accuracy vs length) beside the state probe's accuracy vs
-    position (one panel per probe target), one line per model, mean ± SD over seeds."""
+    """Per task: the state probe's accuracy vs position (one panel per probe target), one line
+    per model, mean ± SD over seeds and every seed's value (the length curve is its own figure,
+    length_<task>)."""
     if c.probe.empty:
         return []
     out, results = Path(out_dir), []
@@ -514,12 +518,11 @@ def probe_curves(
         if not targets:
             continue
         fig, axes = plt.subplots(
-            1, 1 + len(targets), figsize=(4.6 * (1 + len(targets)), 3.6), layout="constrained"
+            1, len(targets), figsize=(4.6 * len(targets), 3.6), layout="constrained", squeeze=False
         )
-        pts = length_points(c, row)
-        _draw_row(axes[0], c, row, pts, "acc", "min_val_loss")
-        frames = [pts.assign(panel="length")]
-        for ax, target in zip(axes[1:], targets):
+        axes = list(axes[0])
+        frames = []
+        for ax, target in zip(axes, targets):
             probe_pts = probe_points(c, row, target)
             _context(ax, c, row, chance=False)
             _draw_lengths(ax, c, probe_pts, log_x=_is_log(probe_pts["length"].tolist()))

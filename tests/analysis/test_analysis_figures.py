@@ -125,3 +125,53 @@ def test_log_axis_tick_labels_do_not_collide() -> None:
     ticks = _spaced([20, 40, 48, 64, 96, 128, 192, 256])
     assert ticks[-1] == 256 and all(b / a >= 1.45 for a, b in zip(ticks, ticks[1:]))
     assert _spaced([1, 2, 4, 8]) == [1, 2, 4, 8]
+
+
+def test_length_curves_mark_every_seed(sweep: Path) -> None:
+    """Issue 41: a bimodal outcome shows its seeds; the markers sit at the per-seed test values
+    of the run files (c.test), one per seed and length."""
+    import matplotlib.pyplot as plt
+
+    from rlt.analysis.figures import _draw_lengths, length_points
+
+    c = collect([sweep])
+    row, label = "parity", "RLT-1 4+4"
+    pts = length_points(c, row)
+    pts = pts[pts["label"] == label]
+    fig, ax = plt.subplots()
+    _draw_lengths(ax, c, pts, log_x=False)
+    from matplotlib.collections import PathCollection  # the markers (error bars are lines)
+
+    markers = [coll for coll in ax.collections if isinstance(coll, PathCollection)]
+    drawn = sorted(round(float(y), 6) for coll in markers for _, y in coll.get_offsets())
+    plt.close(fig)
+    t = c.test[
+        (c.test["row"] == row)
+        & (c.test["label"] == label)
+        & (c.test["policy"] == "min_val_loss")
+        & (c.test["metric"] == "acc")
+    ]
+    assert drawn == sorted(round(100 * v, 6) for v in t["value"])
+
+
+def test_log_loss_band_stays_on_the_axis(sweep: Path, tmp_path: Path, monkeypatch) -> None:
+    """Issue 41: on the log-scaled training-loss figure the band is the seeds' min-max (all
+    positive), not mean - SD clipped to 0 (off a log axis)."""
+    import matplotlib.axes
+
+    from rlt.analysis.figures import train_loss_curves
+
+    bands = []
+    real = matplotlib.axes.Axes.fill_between
+
+    def spy(self, x, y1, y2=0, **kwargs):
+        bands.append((list(y1), list(y2)))
+        return real(self, x, y1, y2, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "fill_between", spy)
+    c = collect([sweep])
+    results = train_loss_curves(c, tmp_path, formats=("png",))
+    assert results and bands
+    pts = pd.concat([r.data for r in results])
+    assert all(v > 0 for low, high in bands for v in low + high)
+    assert sorted(v for low, _ in bands for v in low) == sorted(pts["min"])
