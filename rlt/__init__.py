@@ -1,5 +1,6 @@
 """rlt: run, check and extend the experiments of the Recurrent Looped Transformer report."""
 
+from rlt import portable
 from rlt.allocator import keep_freed_memory
 
 __version__ = "0.1.0"
@@ -7,3 +8,5 @@ __version__ = "0.1.0"
 # Freed memory stays in the process instead of being faulted in again every training step
 # (rlt/allocator.py; RLT_MALLOC=off switches it off).
 keep_freed_memory()
+# RLT_PORTABLE=1: one CPU code path on every x86-64 host (rlt/portable.py); before torch runs.
+portable.pin()

@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 import rlt.allocator
+import rlt.portable
 from rlt.models import (
     DeltaNetConfig,
     LSTMConfig,
@@ -53,6 +54,7 @@ from rlt.models import (
     build_model,
     parse_split,
 )
+from rlt.portable import cpu_model
 
 try:
     import resource
@@ -555,18 +557,6 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         parser.error("--positions must be positive integers")
 
 
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo on Linux), so a ratio is read with its host."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -583,6 +573,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "torch": torch.__version__,
             "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
             "allocator": rlt.allocator.status,
+            "portable": rlt.portable.status,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         },
     }
     if args.mode in ("train", "both"):

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 import rlt
-from rlt import rundir
+from rlt import portable, rundir
 from rlt.training.callbacks import POLICIES, ValidationAndCheckpoints, load_weights
 from rlt.training.evaluate import evaluate_lengths
 
@@ -63,6 +63,7 @@ def evaluate_policies(
         "test_by_policy": by_policy,
         "feedback_schedule": spec.schedule.to_list() if spec.schedule is not None else None,
         "versions": versions(),
+        "arithmetic": portable.describe(),
         "config_hash": hashlib.sha1(s.config_yaml.encode()).hexdigest()[:12],
     }
 
