@@ -248,3 +248,36 @@ def test_a_variant_defined_in_config_is_its_own_column(tmp_path: Path) -> None:
     assert (
         model_key(model="transformer", split="L4", label="Transformer 4").label == "Transformer 4"
     )
+
+
+def test_another_optimizer_or_scheduler_is_tabulated_apart(tmp_path: Path) -> None:
+    """Issue 41: a cell trained with SGD (or a constant schedule) is not labelled or averaged
+    like the default AdamW / warmup-cosine runs: its row names what differs."""
+    import yaml
+
+    from rlt.analysis.tables import generalization_table
+
+    root = make_sweep(tmp_path / "s", holes=False, grid=False)
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    default = {
+        "optim": yaml.safe_load((conf / "optim" / "adamw.yaml").read_text()),
+        "scheduler": {"_target_": "rlt.training.optim.warmup_cosine", "warmup_steps": 20},
+    }
+    runs = sorted(p.parent for p in root.rglob("results.json") if "/parity/rlt1/" in str(p))
+    for run_dir in sorted(p.parent for p in root.rglob("results.json")):
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(default))
+    sgd = dict(default, optim=yaml.safe_load((conf / "optim" / "sgd.yaml").read_text()))
+    (runs[0] / "config.yaml").write_text(yaml.safe_dump(sgd))  # one seed of one cell
+    decayed = dict(default, optim=dict(default["optim"], weight_decay=0.0))
+    (runs[1] / "config.yaml").write_text(yaml.safe_dump(decayed))
+    c = collect([root])
+    rows = set(c.runs["row"])
+    assert "parity [tiny; optim=SGD]" in rows and "parity [tiny; optim weight_decay=0.0]" in rows
+    assert any("optim=SGD" in w for w in c.warnings)
+    sgd_run = c.runs[c.runs["run_id"] == str(runs[0])].iloc[0]
+    assert sgd_run["row"] == "parity [tiny; optim=SGD]"
+    untouched = c.runs[~c.runs["run_id"].isin([str(r) for r in runs[:2]])]
+    assert set(untouched["row"]) == {f"{t} [tiny]" for t in untouched["task"]}
+    table = generalization_table(c)  # the SGD seed is its own cell, n=1, not in the mean
+    assert any("optim=SGD" in str(ix) for ix in table.display.index)
+    shutil.rmtree(root)
