@@ -25,8 +25,9 @@ from rlt.portable import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = Path(__file__).parent / "reference"
-# CPU models (/proc/cpuinfo "model name") on which the references were reproduced bit for bit.
-VERIFIED = {"AMD EPYC"}
+# Hosts on which the references were reproduced bit for bit: (/proc/cpuinfo "model name", the
+# widest vector extension it has). A model name alone can hide several CPU generations.
+VERIFIED = {("AMD EPYC", "avx512f")}
 CASES = {
     "tiny": ["experiment=tiny"],
     "laptop200": [
@@ -41,11 +42,22 @@ COMMON = ["print_table=false", "logger=csv", "trainer.threads=1", "trainer.nativ
 NUMBERS = ("params", "train_curve", "val_curve", "selection", "test_by_policy")
 
 
-def has_avx2() -> bool:
+def _flags() -> set[str]:
     try:
-        return " avx2" in Path("/proc/cpuinfo").read_text()
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
     except OSError:
-        return False
+        pass
+    return set()
+
+
+def has_avx2() -> bool:
+    return "avx2" in _flags()
+
+
+def host() -> tuple[str, str]:
+    return cpu_model(), "avx512f" if "avx512f" in _flags() else "avx2"
 
 
 pytestmark = pytest.mark.skipif(
@@ -69,11 +81,11 @@ def run_case(name: str, root: Path) -> dict:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_portable_run_reproduces_the_reference(name: str, tmp_path: Path, request) -> None:
     reference = json.loads((REFERENCE / f"portable_{name}.json").read_text())
-    here = cpu_model()
+    here = host()
     if here not in VERIFIED:
         request.applymarker(
             pytest.mark.xfail(
-                reason=f"portable mode not yet verified on {here!r} (made on "
+                reason=f"portable mode not yet verified on {here} (made on "
                 f"{reference['made_on']['cpu_model']!r}); an xpass here verifies it",
                 strict=False,
             )
@@ -116,6 +128,7 @@ def write_references() -> None:
             numbers = run_case(name, Path(tmp))
         made_on = {
             "cpu_model": cpu_model(),
+            "widest_vector_extension": host()[1],
             "native_cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "torch": torch.__version__,
             "date": datetime.date.today().isoformat(),
