@@ -18,7 +18,6 @@ grid is the cross product of the tasks, models and seeds seen in that sweep dire
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from collections import Counter
@@ -31,6 +30,7 @@ import pandas as pd
 
 from rlt.analysis.expected import expected_cells
 from rlt.analysis.labels import ModelKey, model_key, task_sort_key
+from rlt.analysis.protocol import protocol_of, separate_protocols
 from rlt.analysis.rows import curve_rows, eval_rows, probe_rows, test_rows
 from rlt.rundir import (
     GRID_FILES,
@@ -150,7 +150,7 @@ def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Col
     for key in grid_models:
         models.setdefault(key.label, key)
     _separate_step_counts(runs, expected, warnings)
-    _separate_protocols(runs, expected, warnings)
+    separate_protocols(runs, expected, warnings)
     presets = set(runs["preset"]) | set(expected["preset"])
     multi = len(presets) > 1
 
@@ -298,7 +298,7 @@ def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, l
             f"expected {SCHEMA_VERSION}; read as version {SCHEMA_VERSION}"
         )
     rec.update(_result_fields(results, rec))
-    rec["protocol"] = _protocol(run_dir)
+    rec["protocol"] = protocol_of(run_dir)
     warnings += _load_plugins((results.get("run") or {}).get("plugins"), run_dir)
     rid = rec["run_id"]
     val = curve_rows(rid, results.get("val_curve"))
@@ -309,53 +309,6 @@ def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, l
     known = {(r["policy"], r["length"]) for r in test}
     test += eval_rows(rid, run_dir, results, known, warnings)
     return rec, val, train, test, probe_rows(rid, results, run_dir, warnings), warnings
-
-
-# The defaults a run's optimizer and scheduler are compared with (conf/optim, conf/scheduler);
-# keys whose default is an interpolation of the scale (warmup_steps, min_lr) are not compared.
-_CONF = Path(__file__).resolve().parents[2] / "conf"
-_DEFAULT_GROUPS = {"optim": "adamw", "scheduler": "warmup_cosine"}
-
-
-def _protocol(run_dir: Path) -> str:
-    """How the run's optimizer or scheduler differs from the defaults ("" where it does not,
-    or where config.yaml cannot say): e.g. "optim=SGD" or "optim weight_decay=0.0"."""
-    import yaml
-
-    try:
-        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return ""
-    if not isinstance(cfg, dict):
-        return ""
-    tags = []
-    for group, name in _DEFAULT_GROUPS.items():
-        run, default = cfg.get(group), _default_group(group, name)
-        if not isinstance(run, dict) or not default:
-            continue
-        # configs written before the optimizer became a group name no _target_: AdamW then
-        target = str(run.get("_target_", default.get("_target_")))
-        if target != default.get("_target_"):
-            tags.append(f"{group}={target.rsplit('.', 1)[-1]}")
-            continue
-        changed = [
-            f"{k}={run.get(k)}"
-            for k, v in default.items()
-            if not k.startswith("_") and not (isinstance(v, str) and "${" in v) and run.get(k) != v
-        ]
-        if changed:
-            tags.append(f"{group} " + " ".join(changed))
-    return "; ".join(tags)
-
-
-@functools.cache
-def _default_group(group: str, name: str) -> dict:
-    import yaml
-
-    try:
-        return yaml.safe_load((_CONF / group / f"{name}.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return {}
 
 
 def _load_plugins(names: Any, run_dir: Path) -> list[str]:
@@ -463,28 +416,6 @@ def _separate_step_counts(runs: pd.DataFrame, expected: pd.DataFrame, warnings: 
         warnings.append(
             f"preset {preset}: runs of {', '.join(f'{n:,}' for n in counts)} steps, tabulated "
             "apart as different configurations"
-        )
-
-
-def _separate_protocols(runs: pd.DataFrame, expected: pd.DataFrame, warnings: list[str]) -> None:
-    """Runs trained with another optimizer or scheduler than the defaults are another protocol:
-    their preset gains what differs, "laptop; optim=SGD", so their row is apart and says so
-    (a table never averages them with, or labels them like, default runs)."""
-    tagged = runs["protocol"].fillna("").astype(bool) & runs["preset"].notna()
-    if not tagged.any():
-        return
-    renamed = [f"{p}; {tag}" for p, tag in runs.loc[tagged, ["preset", "protocol"]].values]
-    moved = dict(zip(map(tuple, runs.loc[tagged, ["task", "label", "seed"]].values), renamed))
-    for preset in sorted(set(runs.loc[tagged, "preset"])):
-        cells = expected["preset"] == preset
-        expected.loc[cells, "preset"] = [
-            moved.get((t, lab, seed), preset)
-            for t, lab, seed in expected.loc[cells, ["task", "label", "seed"]].values
-        ]
-    runs.loc[tagged, "preset"] = renamed
-    for name in sorted(set(renamed)):
-        warnings.append(
-            f"runs of preset {name.split('; ', 1)[0]} trained with {name.split('; ', 1)[1]}: tabulated apart"
         )
 
 
