@@ -50,8 +50,8 @@ def protocol_notes(c: Collection) -> list[str]:
     if "stopped_early" in used and used["stopped_early"].notna().any():
         n = int(used["stopped_early"].notna().sum())
         notes.append(
-            f"{n} of {len(used)} runs stopped early on validation accuracy "
-            "(callbacks.early_stop), not at a fixed step count as in the report"
+            f"{n} of {len(used)} runs stopped early on validation (callbacks.early_stop or "
+            "a callback in callbacks.extra), not at a fixed step count as in the report"
         )
     for task, runs in used.groupby("task"):
         lo, hi = runs["train_len_min"].min(), runs["train_len_max"].max()

@@ -12,12 +12,10 @@ and later processes load the cached library.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
 SOURCE = Path(__file__).parent / "csrc" / "token_loop.cpp"
@@ -138,43 +136,40 @@ def _build_directory() -> Path:
 
 @contextlib.contextmanager
 def _build_lock(directory: Path, wait_s: float = BUILD_WAIT_S):
-    """Hold ``<build dir>.build.flock`` (an OS lock: the kernel drops it when its holder dies)
-    around a build. PyTorch's own lock (a plain file ``lock`` in the build directory) outlives a
-    killed build and makes every later build wait forever; while this lock is held no other
-    process of ours builds, so such a file is a dead build's and is removed. Waits for a live
-    builder at most ``wait_s`` seconds, with a message."""
+    """Hold ``<build dir>.build.flock`` (``filelock``: an OS lock the kernel drops when its
+    holder dies) around a build. PyTorch's own lock (a plain file ``lock`` in the build
+    directory) outlives a killed build and makes every later build wait forever; while this
+    lock is held no other process of ours builds, so such a file is a dead build's and is
+    removed. Waits for a live builder at most ``wait_s`` seconds, with a message."""
+    from filelock import FileLock, Timeout
+
     directory.parent.mkdir(parents=True, exist_ok=True)
     path = directory.parent / f"{directory.name}.build.flock"
-    with open(path, "a") as handle:
-        start, told = time.monotonic(), False
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                waited = time.monotonic() - start
-                if waited > wait_s:
-                    raise RuntimeError(
-                        f"another process has been building the C++ token loop for over "
-                        f"{wait_s:.0f} s (lock {path}); if none is, delete that file"
-                    ) from None
-                if not told:
-                    print(
-                        f"[rlt] waiting for another process that builds the C++ token loop "
-                        f"(lock {path}; at most {wait_s:.0f} s)",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                    told = True
-                time.sleep(0.5)
+    lock = FileLock(path)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        print(
+            f"[rlt] waiting for another process that builds the C++ token loop "
+            f"(lock {path}; at most {wait_s:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
         try:
-            stale = directory / "lock"
-            if stale.exists():
-                print(f"[rlt] removing {stale}, left by a killed build", file=sys.stderr)
-                stale.unlink(missing_ok=True)
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            lock.acquire(timeout=wait_s, poll_interval=0.5)
+        except Timeout:
+            raise RuntimeError(
+                f"another process has been building the C++ token loop for over "
+                f"{wait_s:.0f} s (lock {path}); if none is, delete that file"
+            ) from None
+    try:
+        stale = directory / "lock"
+        if stale.exists():
+            print(f"[rlt] removing {stale}, left by a killed build", file=sys.stderr)
+            stale.unlink(missing_ok=True)
+        yield
+    finally:
+        lock.release()
 
 
 @functools.cache

@@ -1,8 +1,10 @@
-"""Callbacks: validation with checkpoint selection, progress on disk, and the B schedule.
+"""Callbacks: what a run records at each validation, progress on disk, and the B schedule.
 
-Validation runs here rather than in Lightning's loop so that it happens exactly at every
-``val_every`` optimizer steps and at the last step, and so that the selected checkpoints are
-written the moment they are found (a crash never loses the best weights found so far).
+Lightning's validation loop validates every ``val_every`` optimizer steps
+(``val_check_interval``); :class:`ValidationAndCheckpoints` records each validation, writes
+the selected checkpoints the moment they are found (a crash never loses the best weights found
+so far) and ``last.ckpt``; the run validates the last step with ``trainer.validate`` when
+``max_steps`` is not a multiple of ``val_every``.
 """
 
 from __future__ import annotations
@@ -96,14 +98,13 @@ def load_weights(path: Path) -> dict[str, Any]:
 
 
 class ValidationAndCheckpoints(L.Callback):
-    """Validates every ``val_every`` steps and at the end, keeps the checkpoint of every policy,
-    ``last.ckpt`` for resume, the curves, step timings and ``status.json``."""
+    """Records every validation (Lightning's loop, ``val_every`` steps apart, and at the end),
+    keeps the checkpoint of every policy, ``last.ckpt`` for resume, the curves, step timings
+    and ``status.json``."""
 
     def __init__(
         self,
         run_dir: str | Path,
-        val_loader_fn,
-        evaluate_fn,
         val_every: int,
         max_steps: int,
         policies: list[str],
@@ -114,8 +115,6 @@ class ValidationAndCheckpoints(L.Callback):
     ):
         self.run_dir = Path(run_dir)
         self.ckpt_dir = self.run_dir / rundir.CKPT_DIR
-        self.val_loader_fn = val_loader_fn
-        self.evaluate_fn = evaluate_fn
         self.val_every = val_every
         self.max_steps = max_steps
         self.policies = list(policies)
@@ -202,11 +201,20 @@ class ValidationAndCheckpoints(L.Callback):
             self._loss_acc = []
             if step % self.train_log_every == 0 or step == self.max_steps:
                 self.train_curve.append({"step": step, "loss": mean})
-        if step % self.val_every == 0 or step >= self.max_steps:
-            self.validate(trainer, pl_module, step)
 
-    def validate(self, trainer: L.Trainer, pl_module: L.LightningModule, step: int) -> None:
-        metrics = self.evaluate_fn(pl_module, self.val_loader_fn())
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """After Lightning's validation loop (every ``val_every`` steps, and the final one run
+        by ``trainer.validate``): record, select, checkpoint, maybe stop early."""
+        if trainer.sanity_checking:
+            return
+        step = trainer.global_step
+        if self.val_curve and self.val_curve[-1]["step"] == step:
+            return  # this step is validated already
+        self.record(trainer, pl_module, step, dict(pl_module.val_metrics))
+
+    def record(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, step: int, metrics: dict
+    ) -> None:
         row = {"step": step, **metrics}
         fb = pl_module.model.feedback_interval  # None for RLT-0 and the Transformer
         if isinstance(pl_module.model, RecurrentLoopedTransformer):

@@ -29,6 +29,12 @@ def evaluate_loader(
             parts.append(task_metrics.example_metrics(logits, batch, acc_mode))
     finally:
         model.train(was_training)
+    return mean_over_examples(parts)
+
+
+def mean_over_examples(parts: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+    """Each metric's mean over every example of ``parts`` (``example_metrics`` per batch): the
+    one reduction validation (Lightning's loop, rlt/training/module.py) and evaluation share."""
     if not parts:
         raise ValueError("empty evaluation loader")
     return {k: float(torch.cat([p[k] for p in parts]).float().mean()) for k in parts[0]}

@@ -61,6 +61,8 @@ def identity_view(config: dict[str, Any]) -> dict[str, Any]:
         for k, v in flat.items()
         if not any(k == p or k.startswith(p + ".") for p in RUN_CONTROL)
     }
+    if not view.get("callbacks.extra"):
+        view.pop("callbacks.extra", None)  # none (runs before the key existed had none)
     if view.get("callbacks.early_stop.val_acc") is None:
         view.pop("callbacks.early_stop.patience", None)  # inert without a threshold
     if view.get("model.family", "rlt") != "rlt" and "split.n_enc" in view:

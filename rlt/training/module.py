@@ -20,6 +20,7 @@ from rlt import families
 from rlt.models import build_model
 from rlt.tasks import metrics as task_metrics
 from rlt.training import optim
+from rlt.training.evaluate import mean_over_examples
 
 
 class SequenceModule(L.LightningModule):
@@ -88,6 +89,31 @@ class SequenceModule(L.LightningModule):
             return loss
         raise RuntimeError(
             f"injected failure at step {self.global_step} (callbacks.inject_failure)"
+        )
+
+    # -- validation: Lightning's loop, every ``scale.val_every`` optimizer steps --------------
+    # The task's accuracy mode (rlt/tasks/metrics.py); the run sets it from the task.
+    acc_mode: str = "last"
+
+    def on_validation_epoch_start(self) -> None:
+        self._val_parts: list[dict[str, torch.Tensor]] = []
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        # Full precision under a mixed-precision trainer too: checkpoint selection compares
+        # these numbers, and the test lengths are scored in full precision after training.
+        with torch.autocast(self.device.type, enabled=False):
+            logits = self.model(batch["tokens"])  # (B, T, V)
+        self._val_parts.append(task_metrics.example_metrics(logits, batch, self.acc_mode))
+
+    def on_validation_epoch_end(self) -> None:
+        """``val_metrics``: the means over the validation set as Python floats (what the run
+        records and selects on); also ``val/<metric>`` in ``trainer.callback_metrics``, so
+        Lightning's ModelCheckpoint / EarlyStopping can monitor them. Loggers get them from
+        ValidationAndCheckpoints at the optimizer step they belong to."""
+        self.val_metrics = mean_over_examples(self._val_parts)
+        self._val_parts = []
+        self.log_dict(
+            {f"val/{k}": v for k, v in self.val_metrics.items()}, logger=False, prog_bar=False
         )
 
     # -- optimizer -------------------------------------------------------------------------

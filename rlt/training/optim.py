@@ -53,7 +53,10 @@ def cosine_multiplier(step: int, *, warmup: int, max_steps: int, lr: float, min_
 def warmup_cosine(
     optimizer: torch.optim.Optimizer, *, warmup_steps: int, min_lr: float, max_steps: int
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    """The report's schedule (conf/scheduler/warmup_cosine.yaml)."""
+    """The report's schedule (conf/scheduler/warmup_cosine.yaml). torch's
+    ``SequentialLR(LinearLR, CosineAnnealingLR)`` gives the same values to ~1e-13 but not to
+    the last bit (its cosine updates recursively), so this closed form stays: every stored
+    result reproduces bit for bit (tests/training/test_optim.py compares the two)."""
     lr = optimizer.defaults["lr"]
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer,

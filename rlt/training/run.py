@@ -33,7 +33,6 @@ from rlt.training.callbacks import (
     ValidationAndCheckpoints,
     step_progress_bar,
 )
-from rlt.training.evaluate import evaluate_loader
 from rlt.training.results import evaluate_policies, print_table, say
 from rlt.training.spec import ConfigError, RunSpec, check_writable_root, prepare
 from rlt.training.trainer_setup import (
@@ -336,8 +335,6 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
     step_paths = _choose_step_paths(spec, module.model)
     recorder = ValidationAndCheckpoints(
         run_dir=run_dir,
-        val_loader_fn=dm.val_dataloader,
-        evaluate_fn=lambda m, loader: evaluate_loader(m.model, loader, spec.task.acc_mode),
         val_every=s.val_every,
         max_steps=s.max_steps,
         policies=list(s.policies),
@@ -362,15 +359,17 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         ckpt_path=str(ckpt_path) if ckpt_path else None,
         weights_only=True,  # tensors and plain containers only: a shared run dir runs no code
     )
-    if trainer.interrupted or (
-        trainer.global_step < s.max_steps and recorder.stopped_early is None
-    ):
+    if trainer.interrupted:
         raise RuntimeError(
             f"training stopped at step {trainer.global_step} of {s.max_steps} "
             "(interrupted); rerun the same command to resume from last.ckpt"
         )
+    if trainer.global_step < s.max_steps and recorder.stopped_early is None:
+        # a callbacks.extra callback (e.g. Lightning's EarlyStopping) ended training
+        recorder.stopped_early = trainer.global_step
     if not recorder.val_curve or recorder.val_curve[-1]["step"] != trainer.global_step:
-        recorder.validate(trainer, module, trainer.global_step)
+        # the last step when max_steps is not a multiple of val_every: Lightning's loop again
+        trainer.validate(module, datamodule=dm, verbose=False)
     fit_seconds = time.perf_counter() - fit_start
 
     results = evaluate_policies(spec, module, dm, recorder, module.model.num_parameters())
@@ -438,7 +437,7 @@ def _build_module(spec: RunSpec):
     from rlt.training.module import module_for
 
     s = spec.settings
-    return module_for(spec.family)(
+    module = module_for(spec.family)(
         model_cfg=spec.model_kwargs,
         optim_cfg=s.optim,
         scheduler_cfg=s.scheduler,
@@ -446,10 +445,13 @@ def _build_module(spec: RunSpec):
         max_steps=s.max_steps,
         failure=dict(s.failure) if s.failure else None,  # the module marks a sent SIGTERM
     )
+    module.acc_mode = spec.task.acc_mode  # validation's accuracy, as the test lengths score it
+    return module
 
 
 def _extra_callbacks(spec: RunSpec, dm, recorder: ValidationAndCheckpoints, live_bar: bool) -> list:
-    """Diagnostics, the feedback schedule and progress output, as the config asks."""
+    """Diagnostics, the feedback schedule, the user's Lightning callbacks (callbacks.extra)
+    and progress output, as the config asks."""
     s, run_dir = spec.settings, spec.run_dir
     callbacks = []
     if s.diagnostics_every and spec.family == "rlt":
@@ -460,6 +462,10 @@ def _extra_callbacks(spec: RunSpec, dm, recorder: ValidationAndCheckpoints, live
         callbacks.append(FeedbackDiagnostics(run_dir, diagnostic_batch, s.diagnostics_every))
     if spec.schedule is not None:
         callbacks.append(FeedbackScheduleCallback(spec.schedule))
+    if s.extra_callbacks:
+        from hydra.utils import instantiate
+
+        callbacks += [instantiate(node) for node in s.extra_callbacks]
     if live_bar:
         callbacks.append(step_progress_bar())
     elif s.progress_every:

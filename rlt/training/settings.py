@@ -13,6 +13,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 
+class ConfigError(ValueError):
+    """A configuration that cannot run; raised before any work starts."""
+
+
 @dataclass(frozen=True)
 class Settings:
     seed: int
@@ -35,6 +39,7 @@ class Settings:
     early_stop_patience: int
     diagnostics_every: int | None
     failure: dict[str, Any] | None
+    extra_callbacks: list[dict[str, Any]]  # the user's Lightning callbacks (_target_ nodes)
     # trainer (conf/trainer/)
     threads: Any
     accelerator: str
@@ -82,6 +87,7 @@ def settings_from(cfg: DictConfig, trainer_args: dict[str, Any]) -> Settings:
         early_stop_patience=cb.early_stop.patience,
         diagnostics_every=cb.diagnostics_every,
         failure=failure,
+        extra_callbacks=OmegaConf.to_container(cb.extra, resolve=True) if cb.get("extra") else [],
         threads=tr.threads,
         accelerator=str(tr.accelerator),
         devices=tr.devices,
@@ -101,3 +107,49 @@ def settings_from(cfg: DictConfig, trainer_args: dict[str, Any]) -> Settings:
         resolved=OmegaConf.to_container(cfg, resolve=True),
         config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
     )
+
+
+# Trainer arguments the run sets itself, and the config key that controls each.
+_TRAINER_OWN = {
+    "accelerator": "trainer.accelerator",
+    "devices": "trainer.devices",
+    "precision": "trainer.precision",
+    "max_steps": "scale.max_steps",
+    "accumulate_grad_batches": "scale.global_batch / scale.micro_batch",
+    "gradient_clip_val": "optim.grad_clip",
+    "gradient_clip_algorithm": "optim.grad_clip",
+    "val_check_interval": "scale.val_every (optimizer steps between validations)",
+    "limit_val_batches": "scale.n_val (the validation set's size)",
+    "num_sanity_val_steps": "scale.val_every",
+    "check_val_every_n_epoch": "scale.val_every",
+    "enable_checkpointing": "callbacks.policies, or a ModelCheckpoint in callbacks.extra",
+    "enable_progress_bar": "trainer.progress_bar",
+    "enable_model_summary": "-",
+    "logger": "logger=...",
+    "callbacks": "callbacks.extra (a list of {_target_: ...} Lightning callbacks)",
+    "log_every_n_steps": "trainer.log_every_n_steps",
+    "overfit_batches": "debug=overfit",
+    "default_root_dir": "hydra.run.dir / root",
+}
+
+
+def trainer_args(cfg: DictConfig) -> dict[str, Any]:
+    """``trainer.args``: extra lightning.Trainer arguments, checked against its signature."""
+    import inspect
+
+    import lightning as L
+
+    node = cfg.trainer.get("args")
+    extra = {} if node is None else OmegaConf.to_container(node, resolve=True)
+    valid = set(inspect.signature(L.Trainer.__init__).parameters) - {"self"}
+    for key in extra:
+        if key in _TRAINER_OWN:
+            raise ConfigError(
+                f"trainer.args.{key} is set by the run itself; use {_TRAINER_OWN[key]} instead"
+            )
+        if key not in valid:
+            raise ConfigError(
+                f"trainer.args.{key} is not a lightning.Trainer argument; valid: "
+                + ", ".join(sorted(valid - set(_TRAINER_OWN)))
+            )
+    return extra

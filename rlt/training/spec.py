@@ -20,11 +20,7 @@ from rlt.tasks import get_task, vocab
 from rlt.training import hydra_env, optim
 from rlt.training.families import FAMILIES, MODEL_META, RLT_VARIANTS, rlt_variant, variant_option
 from rlt.training.schedule import FeedbackSchedule
-from rlt.training.settings import Settings, settings_from
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot run; raised before any work starts."""
+from rlt.training.settings import ConfigError, Settings, settings_from, trainer_args
 
 
 @dataclass
@@ -441,6 +437,17 @@ def _check_groups(cfg: DictConfig) -> None:
             f"callbacks.policies={names} must keep min_val_loss, the report's selection (the "
             "checkpoint results.json is built on); add the others beside it"
         )
+    extra = cfg.callbacks.get("extra")
+    if extra is not None and (
+        not isinstance(extra, ListConfig)
+        or not all(isinstance(n, DictConfig) and n.get("_target_") for n in extra)
+    ):
+        raise ConfigError(
+            f"callbacks.extra={extra!r}: give a list of Lightning callbacks, each "
+            "{_target_: module.Class, ...}, e.g. "
+            "'callbacks.extra=[{_target_: lightning.pytorch.callbacks.ModelCheckpoint, "
+            "monitor: val/loss}]'"
+        )
 
 
 def _check_numbers(cfg: DictConfig) -> None:
@@ -520,51 +527,6 @@ def model_config(cfg: DictConfig) -> tuple[str, type, dict[str, Any]]:
     except (ValueError, TypeError) as e:
         raise ConfigError(f"model config: {e}") from e
     return family, config_cls, kwargs
-
-
-# Trainer arguments the run sets itself, and the config key that controls each.
-_TRAINER_OWN = {
-    "accelerator": "trainer.accelerator",
-    "devices": "trainer.devices",
-    "precision": "trainer.precision",
-    "max_steps": "scale.max_steps",
-    "accumulate_grad_batches": "scale.global_batch / scale.micro_batch",
-    "gradient_clip_val": "optim.grad_clip",
-    "gradient_clip_algorithm": "optim.grad_clip",
-    "limit_val_batches": "scale.val_every (validation runs in ValidationAndCheckpoints)",
-    "num_sanity_val_steps": "scale.val_every",
-    "check_val_every_n_epoch": "scale.val_every",
-    "enable_checkpointing": "callbacks.policies",
-    "enable_progress_bar": "trainer.progress_bar",
-    "enable_model_summary": "-",
-    "logger": "logger=...",
-    "callbacks": "callbacks.*",
-    "log_every_n_steps": "trainer.log_every_n_steps",
-    "overfit_batches": "debug=overfit",
-    "default_root_dir": "hydra.run.dir / root",
-}
-
-
-def trainer_args(cfg: DictConfig) -> dict[str, Any]:
-    """``trainer.args``: extra lightning.Trainer arguments, checked against its signature."""
-    import inspect
-
-    import lightning as L
-
-    node = cfg.trainer.get("args")
-    extra = {} if node is None else OmegaConf.to_container(node, resolve=True)
-    valid = set(inspect.signature(L.Trainer.__init__).parameters) - {"self"}
-    for key in extra:
-        if key in _TRAINER_OWN:
-            raise ConfigError(
-                f"trainer.args.{key} is set by the run itself; use {_TRAINER_OWN[key]} instead"
-            )
-        if key not in valid:
-            raise ConfigError(
-                f"trainer.args.{key} is not a lightning.Trainer argument; valid: "
-                + ", ".join(sorted(valid - set(_TRAINER_OWN)))
-            )
-    return extra
 
 
 def _check_type(key: str, value: Any, default: Any) -> None:

@@ -292,8 +292,10 @@ def probe_rows(results: dict[str, Any]) -> list[list[Any]]:
 
 def build_trainer(spec: RunSpec, callbacks: list, loggers: list, live_bar: bool):
     """The Lightning Trainer of a run: optimizer steps, accumulation, clipping and precision
-    from the config; validation, checkpoints and progress belong to the run's callbacks."""
+    from the config; Lightning's validation loop every ``scale.val_every`` steps, whose
+    results the run's callbacks record, select on and checkpoint."""
     import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
 
     s = spec.settings
     return L.Trainer(
@@ -305,10 +307,14 @@ def build_trainer(spec: RunSpec, callbacks: list, loggers: list, live_bar: bool)
         accumulate_grad_batches=spec.accumulate,
         gradient_clip_val=s.grad_clip,
         gradient_clip_algorithm="norm",
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
+        # Lightning's validation loop every val_every optimizer steps (counted in batches,
+        # over the whole run: check_val_every_n_epoch=None); no sanity check before training
+        val_check_interval=s.val_every * spec.accumulate,
         check_val_every_n_epoch=None,
-        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        # the run writes its own checkpoints (ValidationAndCheckpoints); Lightning's
+        # ModelCheckpoint only where the user adds one (callbacks.extra)
+        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
         enable_progress_bar=live_bar,
         enable_model_summary=False,
         logger=loggers or False,

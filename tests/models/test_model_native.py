@@ -177,8 +177,10 @@ def test_a_killed_builds_lock_file_does_not_hang_the_next_run(tmp_path):
         )
     finally:
         lock.unlink(missing_ok=True)
+    # Loading at all is the point (the old code waited here until the timeout). Who removes
+    # the stale file is not: under pytest-xdist another worker's build may take the lock first
+    # and remove it, so the message can be in that process's output rather than this one's.
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
-    assert "left by a killed build" in proc.stderr
 
 
 def test_on_with_a_broken_compiler_is_refused_before_any_work(tmp_path, monkeypatch, capsys):

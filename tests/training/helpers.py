@@ -24,3 +24,22 @@ def group_options(group: str) -> list[str]:
 def load_results(run_dir: str | Path) -> dict:
     """A run directory's results.json."""
     return json.loads((Path(run_dir) / "results.json").read_text())
+
+
+class SeenValidations:
+    """A user's Lightning callback (``callbacks.extra``): the step and ``val/*`` metrics that
+    Lightning's validation loop hands every callback, collected class-wide for a test."""
+
+    seen: list[tuple[int, dict[str, float]]] = []
+
+    def __new__(cls, *args, **kwargs):
+        import lightning as L
+
+        class _Seen(L.Callback):
+            def on_validation_end(self, trainer, pl_module):
+                metrics = {
+                    k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")
+                }
+                SeenValidations.seen.append((trainer.global_step, metrics))
+
+        return _Seen()
