@@ -383,6 +383,7 @@ class PlainProgress(L.Callback):
         self._start: tuple[float, int] | None = None
         self._last_print = 0.0
         self._last_step = -1
+        self._pending: tuple[int, float] | None = None
 
     def on_train_start(self, trainer, pl_module) -> None:
         self._start = (time.perf_counter(), trainer.global_step)
@@ -400,7 +401,15 @@ class PlainProgress(L.Callback):
         if not due and step < self.recorder.max_steps:
             return
         self._last_print = now
+        if step % self.recorder.val_every == 0:
+            self._pending = (step, now)  # Lightning validates this step next: say its result
+            return
         self._emit(self.line(step, now))
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._emit(self.line(*pending))
 
     def line(self, step: int, now: float) -> str:
         total = self.recorder.max_steps

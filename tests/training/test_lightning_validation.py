@@ -67,3 +67,14 @@ def test_callbacks_extra_must_be_target_nodes(tmp_path, bad):
     with pytest.raises(ConfigError, match=r"callbacks.extra=.*_target_") as err:
         prepare(tiny(tmp_path, f"callbacks.extra={bad}"))
     assert "\n" not in str(err.value)
+
+
+def test_a_progress_line_at_a_validation_step_reports_that_steps_validation(tmp_path):
+    from rlt import rundir
+
+    out = run(tiny(tmp_path, "scale.max_steps=4", "scale.val_every=2", "trainer.progress_every=2"))
+    lines = (Path(out["run_dir"]) / rundir.TRAIN_LOG).read_text().splitlines()
+    at = {int(x.split("step ")[1].split("/")[0]): x for x in lines if "val_acc" in x}
+    assert set(at) == {2, 4}
+    for step, line in at.items():
+        assert line.endswith(f"(step {step})") or f"(step {step})," in line, line
