@@ -62,6 +62,7 @@ def prepare(cfg: DictConfig, *, on_this_machine: bool = True, scoring: bool = Fa
     extra_trainer_args = trainer_args(cfg)
     if not scoring:
         _check_optim(cfg)
+        _check_extra_callbacks(cfg)
     check_environment(cfg, cuda=on_this_machine)
     schedule = _feedback_schedule(cfg, family)
     _check_variant(cfg, family, schedule)
@@ -113,6 +114,27 @@ def _check_optim(cfg: DictConfig) -> None:
         )
     except optim.OptimConfigError as e:
         raise ConfigError(str(e)) from e
+
+
+def _check_extra_callbacks(cfg: DictConfig) -> None:
+    """Each ``callbacks.extra`` target is an importable Lightning callback class."""
+    import lightning as L
+    from hydra.utils import get_class
+
+    for node in cfg.callbacks.get("extra") or []:
+        try:
+            target = get_class(node._target_)
+        except Exception as e:
+            why = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ConfigError(
+                f"callbacks.extra: cannot import {node._target_!r} ({why}); check the module and "
+                "class name (e.g. lightning.pytorch.callbacks.ModelCheckpoint)"
+            ) from e
+        if not issubclass(target, L.Callback):
+            raise ConfigError(
+                f"callbacks.extra: {node._target_} is not a lightning Callback; give one "
+                "(e.g. lightning.pytorch.callbacks.ModelCheckpoint)"
+            )
 
 
 def _check_shapes(cfg: DictConfig) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import lightning as L
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
@@ -26,20 +27,12 @@ def load_results(run_dir: str | Path) -> dict:
     return json.loads((Path(run_dir) / "results.json").read_text())
 
 
-class SeenValidations:
+class SeenValidations(L.Callback):
     """A user's Lightning callback (``callbacks.extra``): the step and ``val/*`` metrics that
     Lightning's validation loop hands every callback, collected class-wide for a test."""
 
     seen: list[tuple[int, dict[str, float]]] = []
 
-    def __new__(cls, *args, **kwargs):
-        import lightning as L
-
-        class _Seen(L.Callback):
-            def on_validation_end(self, trainer, pl_module):
-                metrics = {
-                    k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")
-                }
-                SeenValidations.seen.append((trainer.global_step, metrics))
-
-        return _Seen()
+    def on_validation_end(self, trainer, pl_module):
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+        SeenValidations.seen.append((trainer.global_step, metrics))

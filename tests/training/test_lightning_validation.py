@@ -62,11 +62,21 @@ def test_the_last_step_is_validated_when_max_steps_is_not_a_multiple_of_val_ever
     assert res["test_by_policy"]["final"]["step"] == 5
 
 
-@pytest.mark.parametrize("bad", ["5", "[lightning.pytorch.callbacks.ModelCheckpoint]", "[{a: 1}]"])
-def test_callbacks_extra_must_be_target_nodes(tmp_path, bad):
-    with pytest.raises(ConfigError, match=r"callbacks.extra=.*_target_") as err:
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        ("5", "give a list"),
+        ("[lightning.pytorch.callbacks.ModelCheckpoint]", "give a list"),
+        ("[{a: 1}]", "give a list"),
+        ("[{_target_: nope.Nope}]", "cannot import 'nope.Nope'"),
+        ("[{_target_: collections.OrderedDict}]", "is not a lightning Callback"),
+    ],
+)
+def test_callbacks_extra_must_be_lightning_callbacks(tmp_path, bad, says):
+    with pytest.raises(ConfigError, match=says) as err:
         prepare(tiny(tmp_path, f"callbacks.extra={bad}"))
-    assert "\n" not in str(err.value)
+    assert "\n" not in str(err.value) and "callbacks.extra" in str(err.value)
+    assert not (tmp_path / "tiny").exists()  # refused before anything is written
 
 
 def test_a_progress_line_at_a_validation_step_reports_that_steps_validation(tmp_path):
