@@ -20,3 +20,22 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# The longest test modules first: under pytest-xdist (pyproject: -n 3 --dist loadscope, a
+# module stays on one worker) they start at once and the short ones fill the other workers,
+# instead of one long module ending the run alone. The SLURM module mostly waits for SLURM's
+# clock, which is why there is a third worker on two cores.
+LONG_FIRST = (
+    "tests/sweeps/test_slurm.py",
+    "tests/sweeps/test_sweeps.py",
+    "tests/test_bench.py",
+    "tests/models/test_model_compiled.py",
+    "tests/test_readme.py",
+    "tests/test_gpu_check.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {module: i for i, module in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable
