@@ -23,7 +23,8 @@ def one_thread():
 
 
 # The longest test modules first: under pytest-xdist (pyproject: -n 3 --dist loadscope, a
-# module stays on one worker) they start at once and the short ones fill the other workers,
+# module stays on one worker; --no-loadscope-reorder keeps this order, where xdist would put
+# the modules with most tests first) they start at once and the short ones fill the other workers,
 # instead of one long module ending the run alone. The SLURM module mostly waits for SLURM's
 # clock, which is why there is a third worker on two cores.
 LONG_FIRST = (
