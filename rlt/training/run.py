@@ -359,13 +359,13 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         ckpt_path=str(ckpt_path) if ckpt_path else None,
         weights_only=True,  # tensors and plain containers only: a shared run dir runs no code
     )
-    if trainer.interrupted:
+    short = trainer.global_step < s.max_steps and recorder.stopped_early is None
+    if trainer.interrupted or (short and (not s.extra_callbacks or _out_of_time(trainer))):
         raise RuntimeError(
             f"training stopped at step {trainer.global_step} of {s.max_steps} "
             "(interrupted); rerun the same command to resume from last.ckpt"
         )
-    if trainer.global_step < s.max_steps and recorder.stopped_early is None:
-        # a callbacks.extra callback (e.g. Lightning's EarlyStopping) ended training
+    if short:  # a callbacks.extra callback (e.g. Lightning's EarlyStopping) ended training
         recorder.stopped_early = trainer.global_step
     if not recorder.val_curve or recorder.val_curve[-1]["step"] != trainer.global_step:
         # the last step when max_steps is not a multiple of val_every: Lightning's loop again
@@ -430,6 +430,13 @@ def _probe(spec: RunSpec, model: torch.nn.Module) -> dict[str, Any] | None:
     say(f"  state probe of the min_val_loss checkpoint ({block['seconds']:.1f} s):")
     say("  " + probe.format_probe(block).replace("\n", "\n  "))
     return block
+
+
+def _out_of_time(trainer) -> bool:
+    """``trainer.args.max_time`` ran out: a stop to resume, not an early stop."""
+    from lightning.pytorch.callbacks import Timer
+
+    return any(isinstance(c, Timer) and c.time_remaining() <= 0 for c in trainer.callbacks)
 
 
 def _build_module(spec: RunSpec):
