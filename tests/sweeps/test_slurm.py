@@ -177,30 +177,31 @@ def test_requeued_job_resumes_and_is_never_reported_failed(cluster, launch, tmp_
 
 def test_job_over_its_time_limit_is_requeued_and_finishes(cluster, launch, tmp_path):
     # SLURM checks time limits every 30 s, so it signals the job between signal_delay_s and
-    # signal_delay_s + 30 s before its limit: with 2 minutes and 60 s, 60-90 s after the job
-    # starts. A signal that came before submitit installed its handler would kill the job
-    # (a 90 s delay signalled it 30-60 s in, which the startup of Python, torch and Lightning
-    # outlasted once on a machine busy with two training runs). submitit then requeues it,
-    # and the run resumes, until it finishes (at most max_num_timeout requeues).
+    # signal_delay_s + 30 s before its limit: with 3 minutes and 60 s, 120-150 s after the job
+    # starts. submitit then requeues it, and the run resumes from its last checkpoint, until
+    # it finishes (at most max_num_timeout requeues). What a job adds is the time from its
+    # training's start to its signal, less what it trained since its last checkpoint: at least
+    # 120 s less its startup (Python, torch, Lightning, the data). A 60 s delay before a
+    # 2-minute limit left 60 s less the startup, which on a CI machine busy with three test
+    # workers was too little for 8 requeues to finish 100 s of training.
     proc = launch(
         "-m",
         *TINY,
         "model=rlt1",
         "seed=42",
         "scale.max_steps=500",
-        "scale.val_every=50",
-        # >= 0.2 s per step: >= 100 s of training plus startup, past the first signal (at
-        # most 90 s in) however fast the machine; each run trains until its signal, 60-90 s
-        # after its start, so it finishes within a few requeues
-        "callbacks.inject_failure={kind: slow, step: 0, seconds: 0.2}",
+        "scale.val_every=25",
+        # >= 0.3 s per step: >= 150 s of training, past the first signal (at most 150 s in)
+        # however fast the machine; a checkpoint every 25 steps (>= 7.5 s)
+        "callbacks.inject_failure={kind: slow, step: 0, seconds: 0.3}",
         *SLURM,
-        "hydra.launcher.timeout_min=2",
+        "hydra.launcher.timeout_min=3",
         "hydra.launcher.signal_delay_s=60",
         "hydra.launcher.max_num_timeout=8",
         f"root={tmp_path}",
     )
-    out = finish(proc, cluster, timeout=600)
-    assert proc.returncode == 0, out
+    out = finish(proc, cluster, timeout=900)
+    assert proc.returncode == 0, out + job_logs(tmp_path / "tiny")
     assert "failed" not in out, out
     final = status(tmp_path / "tiny/parity/rlt1/1+1/seed42")
     assert final["state"] == "done" and final["step"] == 500
