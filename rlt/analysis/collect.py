@@ -236,7 +236,7 @@ def _no_results_message(runs: pd.DataFrame, sweep_dirs: list[Path]) -> str:
 _RUN_COLUMNS = (
     "run_id sweep_dir sweep preset task model model_dir family split arch n_enc n_dec n_layers "
     "feedback_interval feedback_schedule seed data_seed state has_results used step max_steps "
-    "params sec_per_step train_seconds chance train_len_min train_len_max selection_step "
+    "params vocab_size sec_per_step train_seconds chance train_len_min train_len_max selection_step "
     "stopped_early config_label protocol "
     "detail path sweep_index"
 ).split()
@@ -365,6 +365,7 @@ def _result_fields(results: dict, rec: dict[str, Any]) -> dict[str, Any]:
         used=True,
         max_steps=results.get("max_steps", rec["max_steps"]),
         params=results.get("params"),
+        vocab_size=results.get("vocab_size"),
         sec_per_step=timing.get("sec_per_step"),
         train_seconds=timing.get("train_seconds"),
         chance=results.get("chance"),

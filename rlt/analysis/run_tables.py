@@ -13,6 +13,25 @@ from rlt.analysis.table_core import (
 )
 
 
+def _params_note(row: str, runs: pd.DataFrame) -> str:
+    """Why one model's runs have different parameter counts: vocabularies of different sizes
+    (a plugin task adds tokens, so its embedding and output layer are larger) when the count is
+    one per vocabulary size; otherwise something in the configs, which the reader must check."""
+    p = runs["params"].astype(int)
+    span = f"{p.min():,}–{p.max():,}"
+    vocab = runs["vocab_size"]
+    if vocab.notna().all() and vocab.nunique() > 1:
+        per_vocab = runs.groupby("vocab_size")["params"].nunique()
+        if (per_vocab == 1).all():
+            sizes = " / ".join(f"{int(v)}" for v in sorted(vocab.unique()))
+            return (
+                f"{row}: parameter count differs between runs ({span}) only because their "
+                f"tasks' vocabularies differ ({sizes} tokens: a task that adds tokens has a "
+                "larger embedding and output layer)"
+            )
+    return f"{row}: parameter count differs between runs ({span}); check the config of each run"
+
+
 def params_table(c: Collection) -> Table:
     """Parameter count per model, with the difference to RLT-1 at the same split.
 
@@ -43,10 +62,7 @@ def params_table(c: Collection) -> Table:
             if k.variant not in ("Transformer", "RLT-1") and len(ref):
                 rec["delta_vs_rlt1"] = int(p.min()) - int(ref.min())
             if p.nunique() > 1:
-                notes.append(
-                    f"{row}: parameter count differs between runs ({p.min():,}–{p.max():,}); "
-                    "check the config of each run"
-                )
+                notes.append(_params_note(row, here.loc[here["label"] == lab]))
             records.append(rec)
     data = pd.DataFrame.from_records(
         records,

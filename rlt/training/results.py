@@ -52,6 +52,8 @@ def evaluate_policies(
         "schema_version": 1,
         "run": spec.identity,
         "params": n_params,
+        # plugin tasks may add tokens: the embedding and the output layer grow with them
+        "vocab_size": spec.task.vocab_size,
         "max_steps": s.max_steps,
         "train_lengths": list(spec.task.train_lengths),
         "test_lengths": spec.test_lengths,

@@ -211,6 +211,44 @@ def test_params_and_cost(c) -> None:
     assert cost.display.loc["RLT-2 B=4 4+4", "× RLT-0"] == "1.20"
 
 
+def _with_vocab(sweep: Path, out: Path, bigger: dict[str, int]) -> Path:
+    """A copy of a synthetic sweep where every run of the tasks in ``bigger`` has that many
+    more parameters; vocab_size records 140 + 2 tokens for them when ``vocab`` (else 140)."""
+    shutil.copytree(sweep, out)
+    for path in out.rglob("results.json"):
+        r = json.loads(path.read_text())
+        extra = bigger.get(r["run"]["task"], 0)
+        r["params"] += extra
+        r["vocab_size"] = 142 if extra and out.name == "vocab" else 140
+        path.write_text(json.dumps(r))
+    return out
+
+
+def test_params_differing_by_vocabulary_are_explained(sweep: Path, tmp_path: Path) -> None:
+    """Issue 41: a plugin task that adds tokens made every model's row warn "parameter count
+    differs ... check the config"; the note now names the vocabularies when they explain it,
+    and still asks for a check when runs of one vocabulary differ."""
+    d = 256  # two more tokens: two more embedding rows and two more output rows of width d
+    explained = params_table(collect([_with_vocab(sweep, tmp_path / "vocab", {"parity": 4 * d})]))
+    row = "RLT-1 4+4"
+    (note,) = [n for n in explained.notes if n.startswith(f"{row}:")]
+    low = PARAMS[("rlt1", "4+4")]
+    assert f"({low:,}–{low + 4 * d:,}) only because" in note and "140 / 142 tokens" in note
+    # The same counts with one vocabulary throughout: nothing explains them.
+    odd = params_table(collect([_with_vocab(sweep, tmp_path / "same", {"parity": 4 * d})]))
+    (note,) = [n for n in odd.notes if n.startswith(f"{row}:")]
+    assert note.endswith("check the config of each run")
+    # One task's runs of one vocabulary with two counts: also a check, not an explanation.
+    shutil.copytree(tmp_path / "vocab", tmp_path / "mixed")
+    one = next((tmp_path / "mixed").rglob("parity/rlt1/4+4/seed42/results.json"))
+    r = json.loads(one.read_text())
+    one.write_text(json.dumps({**r, "params": r["params"] + 1}))
+    (note,) = [n for n in params_table(collect([tmp_path / "mixed"])).notes if row in n]
+    assert note.endswith("check the config of each run")
+    # Consistent runs: no note at all.
+    assert not [n for n in params_table(collect([sweep])).notes if n.startswith(f"{row}:")]
+
+
 def _as_preset(sweep: Path, out: Path, preset: str) -> Path:
     """A copy of a synthetic sweep whose runs claim another scale preset."""
     shutil.copytree(sweep, out)
