@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "EXTENDING.md"
@@ -43,8 +44,9 @@ def test_the_page_shows_four_extensions_and_their_commands():
         "my_lab/conf/task/count_mod3.yaml",
         "my_lab/conf/model/gru.yaml",
         "my_lab/conf/sweep/my_grid.yaml",
+        "my_lab/conf/model/rlt1_alpha05.yaml",
     } <= set(files)
-    assert all(c.startswith("python ") for c in commands) and len(commands) == 4
+    assert all(c.startswith("python ") for c in commands) and len(commands) == 5
 
 
 @pytest.mark.slow
@@ -80,7 +82,7 @@ def test_every_example_of_the_page_runs(tmp_path):
     assert gru["run"]["family"] == "gru" and gru["run"]["plugins"] == ["my_lab.gru"]
     config = (tmp_path / "runs/tiny/parity/gru/L4/seed42/config.yaml").read_text()
     assert "dropout: 0.1" in config
-    table = outputs[-1]
+    table = outputs[3]
     assert "| task | RLT-1 2+2 | GRU 4 |" in table
     # 3. the metric is in results.json beside acc, and tabulated by name
     s5 = json.loads((tmp_path / "runs/my_grid/s5/gru/L4/seed43/results.json").read_text())
@@ -89,3 +91,10 @@ def test_every_example_of_the_page_runs(tmp_path):
     assert "validation first_acc (%)" in table and "| count_mod3 |" in table
     # 4. the sweep ran its 8 cells
     assert "total: 8 done" in outputs[2]
+    # 5. one -m trained the model and its variant, each under its own name, label and value
+    for name, alpha, label in (("rlt1", 0.1, "RLT-1"), ("rlt1_alpha05", 0.5, "RLT-1 alpha=0.5")):
+        config = yaml.safe_load(
+            (tmp_path / f"runs/tiny/parity/{name}/2+2/seed42/config.yaml").read_text()
+        )
+        assert (config["model"]["alpha"], config["model"]["label"]) == (alpha, label)
+    assert "total: 2 done" in outputs[4]

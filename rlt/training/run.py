@@ -294,8 +294,30 @@ def _check_same_config(spec: RunSpec) -> None:
         f"{spec.run_dir} holds a run of another configuration; these keys differ "
         f"(stored -> requested):\n  {listing}\n"
         "Nothing was changed. Either rerun with force=true to retrain this directory with the "
-        "new values (its old results are replaced), or keep both by giving the new run its own "
-        "place: root=DIR or sweep_name=NAME."
+        "new values (its old results are replaced), or keep both: "
+        + (_variant_hint(diffs, spec.settings.resolved) or "give the new run its own place: ")
+        + "root=DIR or sweep_name=NAME."
+    )
+
+
+def _variant_hint(diffs: list[str], requested: dict[str, Any]) -> str | None:
+    """Where only model keys differ, the request is a variant of the stored model: the fix is
+    its own name and label (its own directory and table column), not another root."""
+    keys = [line.split(":", 1)[0] for line in diffs]
+    if not all(k.startswith("model.") for k in keys) or "model.name" in keys:
+        return None
+    model = requested.get("model") or {}
+    name, label = model.get("name"), model.get("label") or model.get("name")
+    key = keys[0].removeprefix("model.")
+    value = model.get(key)
+    shown = value if isinstance(value, (int, float, str, bool)) else "X"
+    suffix = f"{key}{shown}".replace(".", "").replace("-", "m").replace(" ", "")
+    return (
+        f"this is a variant of model {name}, so give it its own name and label (its own "
+        f"directory and table column), e.g. model.name={name}_{suffix} "
+        f"\"model.label='{label} {key}={shown}'\" (or a file conf/model/{name}_{suffix}.yaml, "
+        "see docs/EXTENDING.md, to sweep both with -m model=...); or give the new run another "
+        "place: "
     )
 
 

@@ -55,9 +55,15 @@ def test_killed_run_with_changed_alpha_is_refused(tmp_path):
     assert out["state"] == "failed"
     assert (Path(out["run_dir"]) / "checkpoints" / "last.ckpt").exists()
     before = snapshot(tmp_path)
-    with pytest.raises(ConfigError, match=r"model\.alpha: 0\.1 -> 0\.7"):
+    with pytest.raises(ConfigError, match=r"model\.alpha: 0\.1 -> 0\.7") as err:
         run(tiny(tmp_path, "model.alpha=0.7"))
     assert snapshot(tmp_path) == before
+    # Only model keys differ: the message names the variant's fix, its own name and label.
+    assert "variant of model rlt1" in str(err.value)
+    assert "model.name=rlt1_alpha07 \"model.label='RLT-1 alpha=0.7'\"" in str(err.value)
+    # The suggested names work: the variant trains beside the stored run.
+    variant = run(tiny(tmp_path, "model.alpha=0.7", "model.name=rlt1_alpha07"))
+    assert variant["state"] == "done" and "rlt1_alpha07" in variant["run_dir"]
     assert run(tiny(tmp_path))["state"] == "resumed"  # the same config resumes as before
 
 
