@@ -12,8 +12,8 @@ at the sweep root:
      "cells": [{"task": "parity", "model": "rlt1", "split": "4+4", "seed": 42}, ...]}
 
 (cells may also carry "arch_tag" (used when split is null, e.g. "L8" for the Transformer),
-"preset" and "feedback_interval"; other keys are ignored). Without such a file the expected
-grid is the cross product of the tasks, models and seeds seen in that sweep directory.
+"preset" and "feedback_interval"; other keys are ignored). Without such a file (single
+``train.py`` runs) the expected cells are the run directories there, finished or not.
 """
 
 from __future__ import annotations

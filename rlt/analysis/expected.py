@@ -1,6 +1,7 @@
 """The cells a set of sweeps expects (what rlt.analysis.collect calls "expected"): each sweep's
-grid file (grid.json, written by ``train.py -m``, or sweep.json), else the cross product of the
-models, tasks and seeds its runs show. A cell without a usable run is listed as missing.
+grid file (grid.json, written by ``train.py -m``, or sweep.json), else the runs it holds (single
+``train.py`` runs ask for nothing more than themselves: no cross product of what they show). A
+cell without a usable run is listed as missing.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from rlt.rundir import UnreadableGrid, read_grid
 def expected_cells(
     runs: pd.DataFrame, sweep_dirs: list[Path], warnings: list[str]
 ) -> tuple[pd.DataFrame, list[ModelKey]]:
-    """The grid each sweep directory asks for: its sweep.json/grid.json, else a cross product."""
+    """The grid each sweep directory asks for: its sweep.json/grid.json, else its runs."""
     # Labels of observed runs by (model, split-or-arch), so a grid cell gets the same label.
     observed: dict[tuple[str, str], str] = {}
     for r in runs.itertuples():
@@ -39,7 +40,7 @@ def expected_cells(
         if grid is not None:
             cells += _grid_file_cells(grid, sd, in_sweep, observed, grid_models)
         else:
-            cells += _cross_product_cells(in_sweep)
+            cells += _present_cells(in_sweep)
     cols = ["task", "preset", "label", "model", "split", "seed"]
     expected = pd.DataFrame.from_records(cells, columns=cols)
     expected = expected.drop_duplicates(["task", "preset", "label", "seed"], ignore_index=True)
@@ -83,16 +84,14 @@ def _grid_file_cells(
     return cells
 
 
-def _cross_product_cells(in_sweep: pd.DataFrame) -> list[dict]:
-    """Without a grid file: every observed model x task x seed of the sweep, per preset."""
-    cells = []
-    for preset, grp in in_sweep.groupby("preset", dropna=False):
-        combos = grp.drop_duplicates("label")[["label", "model", "split"]]
-        for task in grp["task"].unique():
-            for seed in grp["seed"].dropna().unique():
-                for c in combos.itertuples():
-                    cells.append(_cell(task, preset, c.label, c.model, c.split, seed))
-    return cells
+def _present_cells(in_sweep: pd.DataFrame) -> list[dict]:
+    """Without a grid file (single runs): every run directory there, finished or not. A cross
+    product of the tasks, models and seeds seen would report cells nobody asked for."""
+    return [
+        _cell(r.task, r.preset, r.label, r.model, r.split, r.seed)
+        for r in in_sweep.itertuples()
+        if isinstance(r.task, str) and isinstance(r.label, str) and pd.notna(r.seed)
+    ]
 
 
 def _cell(task: str, preset: str, label: str, model: str, split: str | None, seed) -> dict:
