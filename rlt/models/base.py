@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -32,17 +35,37 @@ class SequenceModel(nn.Module):
                 f"generate needs a prompt of at least one token, got shape {tuple(prompt.shape)}"
             )
         logits, state = self.prefill(prompt, self.init_state(n))  # (N, T, V)
-        next_token = logits[:, -1].argmax(dim=-1)  # (N,)
-        finished = torch.zeros(n, dtype=torch.bool, device=prompt.device)
-        out = [prompt]
-        for i in range(max_new_tokens):
-            token = torch.where(finished, torch.full_like(next_token, pad_id), next_token)
-            out.append(token[:, None])
-            if eos_id is not None:
-                finished |= token == eos_id
-                if bool(finished.all()):
-                    break
-            if i + 1 < max_new_tokens:
-                step_logits, state = self.step(token, state)  # (N, V)
-                next_token = step_logits.argmax(dim=-1)
-        return torch.cat(out, dim=1)
+        return greedy_continuation(self, prompt, logits, state, max_new_tokens, eos_id, pad_id)
+
+
+def greedy_continuation(
+    model: SequenceModel,
+    prompt: Tensor,
+    logits: Tensor,
+    state,
+    max_new_tokens: int,
+    eos_id: int | None = None,
+    pad_id: int = 0,
+    before_step: Callable[[int, Any], Any] | None = None,
+) -> Tensor:
+    """The greedy continuation of ``prompt`` (N, T) from its logits (N, T, V) and the state
+    after it: (N, T + n), n <= max_new_tokens, stopping once every row has emitted ``eos_id``
+    (``pad_id`` after a row's EOS). ``before_step(position, state)``, where given, returns the
+    state the model consumes position T + i with (an intervention on the state)."""
+    n, t = prompt.shape
+    next_token = logits[:, -1].argmax(dim=-1)  # (N,)
+    finished = torch.zeros(n, dtype=torch.bool, device=prompt.device)
+    out = [prompt]
+    for i in range(max_new_tokens):
+        token = torch.where(finished, torch.full_like(next_token, pad_id), next_token)
+        out.append(token[:, None])
+        if eos_id is not None:
+            finished |= token == eos_id
+            if bool(finished.all()):
+                break
+        if i + 1 < max_new_tokens:
+            if before_step is not None:
+                state = before_step(t + i, state)
+            step_logits, state = model.step(token, state)  # (N, V)
+            next_token = step_logits.argmax(dim=-1)
+    return torch.cat(out, dim=1)

@@ -35,8 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from rlt.models.blocks import BlockWeights
-from rlt.models.merge import MergeWeights
-from rlt.models.recurrence import RecurrenceSpec, blocks_from_flat
+from rlt.models.recurrence import DecodeInputs, blocks_from_flat
 
 # Sequence lengths are padded up to a multiple of this (and of a group): one graph per bucket.
 BUCKET = 16
@@ -77,19 +76,22 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
 
 def _chunk(
     x: Tensor,
-    cache_k: Tensor,
-    cache_v: Tensor,
-    mem_k: Tensor,
-    mem_v: Tensor,
-    swa_bias: Tensor,
-    mem_bias: Tensor,
-    cos: Tensor,
-    sin: Tensor,
+    caches: tuple[Tensor, Tensor],
+    memory: tuple[Tensor, Tensor],
+    biases: tuple[Tensor, Tensor],
+    rotation: tuple[Tensor, Tensor],
     layers: list[BlockWeights],
     eps: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Every decoder block over one chunk's merged input x (N, c, d); returns the output and
-    the caches for the next chunk."""
+    """Every decoder block over one chunk's merged input x (N, c, d), with the window caches
+    K/V, the memory K/V, the SWA and memory biases and the RoPE cos/sin of the chunk; returns
+    the output and the caches for the next chunk."""
+    (cache_k, cache_v), (mem_k, mem_v), (swa_bias, mem_bias), (cos, sin) = (
+        caches,
+        memory,
+        biases,
+        rotation,
+    )
     n, c, d = x.shape
     h, dh = mem_k.shape[1], mem_k.shape[3]
     keep = cache_k.shape[3]
@@ -155,14 +157,10 @@ def chunk_group(
         x = e[:, part] + alpha * torch.sigmoid(ge[:, part] + gs[:, None]) * ws[:, None]
         x, cache_k, cache_v = _chunk(
             x,
-            cache_k,
-            cache_v,
-            mem_k,
-            mem_v,
-            swa_bias[u],
-            mem_bias[u],
-            cos[part],
-            sin[part],
+            (cache_k, cache_v),
+            (mem_k, mem_v),
+            (swa_bias[u], mem_bias[u]),
+            (cos[part], sin[part]),
             layers,
             eps,
         )
@@ -254,18 +252,10 @@ def padded_length(length: int, interval: int) -> int:
 
 
 @torch.compiler.disable  # a whole-model torch.compile leaves the chunk loop to this module
-def compiled_decode(
-    spec: RecurrenceSpec,
-    rope: Tensor | None,
-    e: Tensor,
-    ge: Tensor,
-    memory: tuple[Tensor, Tensor] | None,
-    s0: Tensor,
-    merge_weights: MergeWeights,
-    layer_weights: list[BlockWeights],
-) -> Tensor:
-    """Decoder outputs (N, T, d), as ``fused_decode`` takes its arguments; ``rope`` holds the
+def compiled_decode(inputs: DecodeInputs) -> Tensor:
+    """Decoder outputs (N, T, d), as ``fused_decode`` computes them; ``inputs.rope`` holds the
     complex rotations of at least ``padded_length(T, B)`` positions (None: no RoPE)."""
+    spec, rope, e, ge, memory, s0, merge_weights, layer_weights = inputs
     n, t_len, d = e.shape
     b_len, n_layers = spec.interval, len(layer_weights)
     h = spec.n_heads

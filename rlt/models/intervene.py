@@ -28,6 +28,8 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
+from rlt.models.base import greedy_continuation
+
 PARTS = {
     "RecurrentLoopedTransformer": ("feedback", "window", "memory"),
     "DecoderOnlyTransformer": ("memory",),
@@ -152,19 +154,10 @@ def generate(
     n, p = prompt.shape
     cuts = set(how.cuts(p + max_new_tokens, p))
     logits, state = stream(model, prompt, sorted(cuts), how.parts)
-    next_token = logits[:, -1].argmax(-1)
-    finished = torch.zeros(n, dtype=torch.bool, device=prompt.device)
-    out = [prompt]
-    for i in range(max_new_tokens):
-        token = torch.where(finished, torch.zeros_like(next_token), next_token)
-        out.append(token[:, None])
-        if eos_id is not None:
-            finished |= token == eos_id
-            if bool(finished.all()):
-                break
-        if i + 1 < max_new_tokens:
-            if p + i in cuts:  # dropped before the model consumes position p + i
-                state = drop(model, state, how.parts, n)
-            step_logits, state = model.step(token, state)
-            next_token = step_logits.argmax(-1)
-    return torch.cat(out, dim=1)
+
+    def drop_at_cuts(position: int, state):  # before the model consumes that position
+        return drop(model, state, how.parts, n) if position in cuts else state
+
+    return greedy_continuation(
+        model, prompt, logits, state, max_new_tokens, eos_id, before_step=drop_at_cuts
+    )

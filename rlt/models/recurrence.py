@@ -41,6 +41,7 @@ Legend of the short names (buffers the forward saves for the backward live on ``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -74,6 +75,22 @@ class RecurrenceSpec:
             out.append((a, min(length, a + self.interval), cut))
             prev = a
         return out
+
+
+class DecodeInputs(NamedTuple):
+    """What a decoder recurrence reads, for every path that computes it (``fused_decode``, the
+    C++ token loop through it, ``compiled_decode``): e, ge (N, T, d); memory K/V (N, H, T, Dh)
+    or None (no decoder blocks); s0 (N, d); ``merge_weights`` is ``GatedMerge.fused_weights()``
+    and ``layer_weights`` one ``DecoderBlock.fused_weights()`` per decoder block."""
+
+    spec: RecurrenceSpec
+    rope: Tensor | None
+    e: Tensor
+    ge: Tensor
+    memory: tuple[Tensor, Tensor] | None
+    s0: Tensor
+    merge_weights: MergeWeights
+    layer_weights: list[BlockWeights]
 
 
 def rope_tables(freqs: Tensor | None, length: int, head_dim: int, like: Tensor) -> Tensor:
@@ -519,38 +536,26 @@ class _FusedRecurrence(torch.autograd.Function):
         return (None, None, None, *grads)
 
 
-def fused_decode(
-    spec: RecurrenceSpec,
-    rope: Tensor | None,
-    e: Tensor,
-    ge: Tensor,
-    memory: tuple[Tensor, Tensor] | None,
-    s0: Tensor,
-    merge_weights: MergeWeights,
-    layer_weights: list[BlockWeights],
-    native: bool = False,
-) -> Tensor:
-    """Decoder outputs (N, T, d) from e, ge (N, T, d), memory K/V (N, H, T, Dh) and s0 (N, d).
-
-    ``merge_weights`` is ``GatedMerge.fused_weights()``, ``layer_weights`` one
-    ``DecoderBlock.fused_weights()`` per decoder block. Under autocast everything runs in the
-    autocast dtype (weights cast once, outside the loop). ``native``: run the two token loops
-    in C++ (rlt/models/native.py), the same operations without the interpreter.
+def fused_decode(inputs: DecodeInputs, native: bool = False) -> Tensor:
+    """Decoder outputs (N, T, d) (see :class:`DecodeInputs`). Under autocast everything runs
+    in the autocast dtype (weights cast once, outside the loop). ``native``: run the two token
+    loops in C++ (rlt/models/native.py), the same operations without the interpreter.
     """
+    spec, rope, e, ge, memory, s0, merge_weights, layer_weights = inputs
     device = e.device.type
     if torch.is_autocast_enabled(device):
         dtype = torch.get_autocast_dtype(device)
         cast = lambda t: None if t is None else t.to(dtype)  # noqa: E731
         with torch.autocast(device, enabled=False):
             return fused_decode(
-                spec,
-                rope,
-                cast(e),
-                cast(ge),
-                None if memory is None else (cast(memory[0]), cast(memory[1])),
-                cast(s0),
-                MergeWeights(*(cast(w) for w in merge_weights)),
-                [BlockWeights(*(cast(w) for w in block)) for block in layer_weights],
+                inputs._replace(
+                    e=cast(e),
+                    ge=cast(ge),
+                    memory=None if memory is None else (cast(memory[0]), cast(memory[1])),
+                    s0=cast(s0),
+                    merge_weights=MergeWeights(*(cast(w) for w in merge_weights)),
+                    layer_weights=[BlockWeights(*(cast(w) for w in b)) for b in layer_weights],
+                ),
                 native,
             )
     mem_k, mem_v = (None, None) if memory is None else memory

@@ -38,7 +38,7 @@ from rlt.models.blocks import (
 from rlt.models.compiled import compiled_decode, padded_length
 from rlt.models.config import RLTConfig, _feedback_interval
 from rlt.models.merge import GatedMerge
-from rlt.models.recurrence import RecurrenceSpec, fused_decode
+from rlt.models.recurrence import DecodeInputs, RecurrenceSpec, fused_decode
 from rlt.models.state import KVCache, RLTState, WindowKV
 
 Memory = tuple[Tensor, Tensor] | None  # memory keys, values: (N, H, T, Dh) each
@@ -139,14 +139,16 @@ class RecurrentLoopedTransformer(SequenceModel):
             rope = self._rope(0, t, e)
             decode = functools.partial(fused_decode, native=self.native_step)
         return decode(
-            spec,
-            rope,
-            e,
-            self.merge.gate_input(e),
-            memory,
-            self.merge.initial_state(n),
-            self.merge.fused_weights(),
-            [block.fused_weights() for block in self.decoder],
+            DecodeInputs(
+                spec,
+                rope,
+                e,
+                self.merge.gate_input(e),
+                memory,
+                self.merge.initial_state(n),
+                self.merge.fused_weights(),
+                [block.fused_weights() for block in self.decoder],
+            )
         )
 
     def encode(self, tokens: Tensor) -> Tensor:
@@ -203,7 +205,17 @@ class RecurrentLoopedTransformer(SequenceModel):
                 last_cut = a
             lo, hi = a - start, b - start
             u = e[:, lo:hi] if self.merge is None else self.merge(e[:, lo:hi], ge[:, lo:hi], s)
-            x, window = self._decode_piece(u, a, window, memory, window_from, memory_from)
+            # The decoder blocks over positions a..b-1, which share one merge state.
+            if not self.decoder:
+                x = u
+            elif self.config.checkpoint_activations and torch.is_grad_enabled():
+                x, window = checkpoint(
+                    self._decode_blocks,
+                    *(u, a, window, memory, window_from, memory_from),
+                    use_reentrant=False,
+                )
+            else:
+                x, window = self._decode_blocks(u, a, window, memory, window_from, memory_from)
             if interval is not None and b % interval == 0:
                 s = x[:, -1]  # a complete chunk: its last output is the next boundary state
             outputs.append(x)
@@ -221,23 +233,6 @@ class RecurrentLoopedTransformer(SequenceModel):
             yield a, b
             a = b
 
-    def _decode_piece(
-        self,
-        u: Tensor,
-        start: int,
-        window: list[WindowKV],
-        memory: Memory,
-        window_from: int = 0,
-        memory_from: int = 0,
-    ) -> tuple[Tensor, list[WindowKV]]:
-        """The decoder blocks over c positions start..start+c-1 that share one merge state."""
-        if not self.decoder:
-            return u, window
-        args = (u, start, window, memory, window_from, memory_from)
-        if self.config.checkpoint_activations and torch.is_grad_enabled():
-            return checkpoint(self._decode_blocks, *args, use_reentrant=False)
-        return self._decode_blocks(*args)
-
     def _decode_blocks(
         self,
         u: Tensor,
@@ -247,6 +242,7 @@ class RecurrentLoopedTransformer(SequenceModel):
         window_from: int = 0,
         memory_from: int = 0,
     ) -> tuple[Tensor, list[WindowKV]]:
+        """The decoder blocks over c positions start..start+c-1 that share one merge state."""
         c, end = u.shape[1], start + u.shape[1]
         rope = self._rope(start, c, u)
         swa_mask = window_mask(start, c, self.config.window, u.device, window_from)
