@@ -6,7 +6,6 @@ run reads (:func:`prepare`)."""
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rlt import plugins, rundir
 from rlt.tasks import get_task, vocab
-from rlt.training import hydra_env, optim
+from rlt.training import hydra_env, optim, schema
 from rlt.training.families import FAMILIES, MODEL_META, RLT_VARIANTS, rlt_variant, variant_option
 from rlt.training.schedule import FeedbackSchedule
 from rlt.training.settings import ConfigError, Settings, settings_from, trainer_args
@@ -55,7 +54,7 @@ def prepare(cfg: DictConfig, *, on_this_machine: bool = True, scoring: bool = Fa
         OmegaConf.resolve(cfg)
     except Exception as e:  # interpolation errors name the key already
         raise ConfigError(f"config does not resolve: {e}") from e
-    _check_numbers(cfg)
+    _check_numbers(cfg, stored=scoring)
     _check_shapes(cfg)
     _check_paths(cfg)
     family, _, kwargs = model_config(cfg)
@@ -366,32 +365,13 @@ def _identity(cfg: DictConfig, family: str, run_dir: Path) -> dict[str, Any]:
     }
 
 
-# (key, kind, minimum, may be null): every numeric field a run reads, checked before any work.
+# (key, kind, minimum, may be null): the numeric fields a run reads outside the groups of
+# rlt/training/schema.py (which holds scale, split, trainer and callbacks), checked alike.
 _NUMBERS = (
     ("seed", int, 0, False),
-    ("scale.d_model", int, 1, False),
-    ("scale.n_heads", int, 1, False),
-    ("scale.d_ff", int, 1, True),
-    ("scale.global_batch", int, 1, False),
-    ("scale.micro_batch", int, 1, False),
-    ("scale.max_steps", int, 1, False),
-    ("scale.val_every", int, 1, False),
-    ("scale.warmup_steps", int, 0, False),
-    ("scale.lr", float, 0, False),
-    ("scale.min_lr", float, 0, False),
-    ("scale.n_val", int, 1, True),
-    ("scale.n_test", int, 1, True),
-    ("scale.eval_batch", int, 1, False),
-    ("scale.test_lengths_limit", int, 1, True),
     ("task.data_seed", int, 0, False),
     ("optim.weight_decay", float, 0, False),
     ("optim.grad_clip", float, 0, True),
-    ("callbacks.early_stop.val_acc", float, 0, True),
-    ("callbacks.early_stop.patience", int, 1, False),
-    ("callbacks.diagnostics_every", int, 1, True),
-    ("trainer.log_every_n_steps", int, 1, False),
-    ("trainer.progress_every", int, 1, True),
-    ("trainer.progress_seconds", float, 0, False),
 )
 
 
@@ -472,26 +452,21 @@ def _check_groups(cfg: DictConfig) -> None:
         )
 
 
-def _check_numbers(cfg: DictConfig) -> None:
-    """No unknown top-level key (``+foo=1``), and every numeric field has the right type and
-    range, with a message naming the key."""
+def _check_numbers(cfg: DictConfig, *, stored: bool = False) -> None:
+    """No unknown top-level key (``+foo=1``) nor key of a schema group (``+scale.lrr=1``;
+    rlt/training/schema.py), and every numeric field has the right type and range, with a
+    message naming the key. ``stored``: see :func:`rlt.training.schema.check`."""
     unknown = sorted(set(cfg.keys()) - _TOP_LEVEL)
     if unknown:
         raise ConfigError(
             f"unknown config key(s) {unknown}; valid top-level keys: {sorted(_TOP_LEVEL)}"
         )
+    schema.check(cfg, stored=stored)
     for key, kind, minimum, nullable in _NUMBERS:
         value = OmegaConf.select(cfg, key, default="<missing>")
         if value == "<missing>":
             raise ConfigError(f"{key} is missing from the config; add it (see conf/)")
-        if value is None and nullable:
-            continue
-        ok_type = not isinstance(value, bool) and (
-            isinstance(value, int) if kind is int else isinstance(value, int | float)
-        )
-        if not ok_type or not math.isfinite(value) or value < minimum:
-            what = "an integer" if kind is int else "a number"
-            raise ConfigError(f"{key} must be {what} >= {minimum}, got {value!r}")
+        schema.check_number(key, value, kind, minimum, nullable)
     if cfg.scale.lr <= 0:
         raise ConfigError(f"scale.lr must be > 0, got {cfg.scale.lr!r}")
     if cfg.scale.min_lr > cfg.scale.lr:

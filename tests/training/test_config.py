@@ -95,6 +95,37 @@ def test_bad_configs_fail_before_work(overrides, match):
         prepare(compose_cfg(overrides))
 
 
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        # Hydra accepts a new key with "+": the schema refuses one nothing would read
+        (["+scale.lrr=0.1"], r"scale\.lrr is not a key of scale .*valid keys: scale\.name, "),
+        (["+trainer.foo=1"], r"trainer\.foo is not a key of trainer"),
+        (["+callbacks.early_stop.pateince=3"], r"callbacks\.early_stop\.pateince is not a key"),
+        (["+split.n_mid=2"], r"split\.n_mid is not a key of split"),
+        # types and ranges, one line naming the key
+        (["scale.max_steps=abc"], r"^scale\.max_steps must be an integer >= 1, got 'abc'$"),
+        (["scale.lr=-1"], r"^scale\.lr must be a number >= 0, got -1$"),
+        (["scale.d_ff=2.5"], r"^scale\.d_ff must be an integer >= 1, got 2\.5$"),
+        (["callbacks.early_stop.patience=0"], r"patience must be an integer >= 1, got 0$"),
+        (["trainer.progress_seconds=true"], r"progress_seconds must be a number >= 0, got True"),
+        (["seed=-1"], r"^seed must be an integer >= 0, got -1$"),
+    ],
+)
+def test_schema_refuses_unknown_keys_and_bad_values_in_one_line(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        prepare(compose_cfg(["experiment=tiny", *overrides]))
+
+
+def test_a_stored_config_with_a_retired_key_still_scores():
+    """Committed runs' configs hold callbacks.nan_guard, a key of an older version: scoring
+    such a run (eval.py reads its config back) lets it through; a new run is refused."""
+    cfg = compose_cfg(["experiment=tiny", "+callbacks.nan_guard=true"])
+    assert prepare(cfg.copy(), scoring=True).settings.max_steps == 4
+    with pytest.raises(ConfigError, match="callbacks.nan_guard is not a key"):
+        prepare(cfg)
+
+
 def test_conf_groups_have_no_stray_files():
     for group in GROUPS:
         for path in (CONF / group).iterdir():
