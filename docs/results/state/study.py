@@ -75,7 +75,7 @@ def table() -> str:
     lengths: dict[str, list[int]] = {}
     for res in sorted(RUNS.rglob("results.json")):
         run = res.parent
-        cell = "/".join(run.relative_to(RUNS).parts[1:4])
+        cell = "/".join(run.relative_to(RUNS).parts[:4])  # sweep/task/model/arch: budgets apart
         results = json.loads(res.read_text())
         blocks = [("none", results["test"])] + [
             (
