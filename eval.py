@@ -18,9 +18,11 @@ part of the state put back to its initial value at chosen positions:
     python eval.py RUN_DIR state.drop=feedback state.at=8          # s_t back to s* before 8
     python eval.py RUN_DIR state.drop=window,memory state.at=every:16
     python eval.py RUN_DIR state.drop=all state.at=boundary        # at the prompt's end
+    python eval.py RUN_DIR state.drop=none                         # streamed, nothing dropped
 
-They write ``RUN_DIR/state_<policy>_drop-<parts>_at-<where>.json``, one file per intervention,
-never read by the run's own tables. Only a finished run
+They write ``RUN_DIR/state_<policy>_drop-<parts>_at-<where>.json`` (``state_<policy>_drop-none
+.json``), one file per intervention, never read by the run's own tables: the rows at each length
+and ``by_position``, the accuracy at every scored input position. Only a finished run
 (status done) is scored, and it is locked while it is: no training can start meanwhile. One
 thread unless ``--threads`` says otherwise (a shared machine stays usable).
 """
@@ -73,18 +75,17 @@ def asked_lengths(overrides: list[str]) -> list[int] | None:
     return sorted(set(value))
 
 
-def merged(path: Path, stamp: dict, rows: list[dict]) -> list[dict]:
-    """The new rows plus those an earlier call wrote of the same checkpoint at other lengths."""
+def merged(path: Path, stamp: dict, rows: list[dict], key: str = "rows") -> list[dict]:
+    """The new rows plus those an earlier call wrote of the same checkpoint at other lengths
+    (``key``: the file's list of per-length entries)."""
     from rlt import rundir
 
     earlier = rundir.read_json(path, corrupt_ok=True) or {}
     if any(earlier.get(k) != v for k, v in stamp.items()):
         return rows  # another checkpoint or config: start the file anew
     new = {r["length"] for r in rows}
-    kept = [
-        r for r in earlier.get("rows") or [] if isinstance(r, dict) and r.get("length") not in new
-    ]
-    return sorted(kept + rows, key=lambda r: (r["length"], r["metric"]))
+    kept = [r for r in earlier.get(key) or [] if isinstance(r, dict) and r.get("length") not in new]
+    return sorted(kept + rows, key=lambda r: (r["length"], r.get("metric", "")))
 
 
 def score(run_dir: Path, policy: str, overrides: list[str]) -> int:
@@ -136,15 +137,17 @@ def score(run_dir: Path, policy: str, overrides: list[str]) -> int:
     loaders = dm.test_dataloaders(spec.test_lengths)
     kwargs = {"with_exact": with_exact, "acc_mode": spec.task.acc_mode, "progress": progress}
     stamp = rundir.scored_stamp(run_dir, policy, kept.step)
+    extra: dict = {}
     if how is None:
         rows = evaluate_lengths(kept.model, loaders, **kwargs)
         out = rundir.eval_path(run_dir, policy)
     else:
-        rows = evaluate_intervened(kept.model, loaders, how, **kwargs)
+        positions: list[dict] = []
+        rows = evaluate_intervened(kept.model, loaders, how, by_position=positions, **kwargs)
         out = run_dir / f"state_{policy}_{how.name}.json"
-        at = {"boundary": "boundary", "position": str(how.k), "every": f"every:{how.k}"}
-        stamp |= {"intervention": {"drop": list(how.parts), "at": at[how.where]}}
-    rundir.atomic_write_json(out, {**stamp, "rows": merged(out, stamp, rows)})
+        stamp |= {"intervention": {"drop": list(how.parts), "at": how.at}}
+        extra = {"by_position": merged(out, stamp, positions, "by_position")}
+    rundir.atomic_write_json(out, {**stamp, "rows": merged(out, stamp, rows), **extra})
     print(f"wrote {out}", file=sys.stderr)
     return 0
 

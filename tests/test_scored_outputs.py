@@ -203,8 +203,35 @@ def test_dropping_rlt0_feedback_leaves_its_numbers_as_they_are(tmp_path):
         assert dropped[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
 
 
+def test_the_streamed_control_equals_the_test_results_and_positions_show_where_a_drop_acts(
+    run_dir,
+):
+    """``state.drop=none`` streams without a cut: the run's test numbers (up to rounding).
+    ``by_position`` at a length where every example scores the same positions averages to the
+    length's token accuracy, and a drop at 8 leaves every position before 8 as it was (this
+    4-step model is too weak to show the change after 8 in accuracy; its loss shows it, above)."""
+    assert eval_main([str(run_dir), "state.drop=none"]) == 0
+    assert eval_main([str(run_dir), "state.drop=all", "state.at=8"]) == 0
+    none = json.loads((run_dir / "state_min_val_loss_drop-none.json").read_text())
+    cut = json.loads(
+        (run_dir / "state_min_val_loss_drop-feedback+window+memory_at-8.json").read_text()
+    )
+    assert none["intervention"] == {"drop": [], "at": "none"}
+    test = _rows(json.loads((run_dir / "results.json").read_text())["test"])
+    for key, value in _rows(none["rows"]).items():
+        assert value == pytest.approx(test[key], rel=1e-6, abs=1e-9), key
+    assert [b["length"] for b in none["by_position"]] == sorted({k[0] for k in test})
+    for block in none["by_position"]:
+        assert len(set(block["n"])) == 1  # fixed-length test sets: every position, every example
+        mean = sum(block["acc"]) / len(block["acc"])
+        assert mean == pytest.approx(test[(block["length"], "token_acc")], abs=1e-6)  # float32
+    for a, b in zip(none["by_position"], cut["by_position"], strict=True):
+        before = [i for i, pos in enumerate(a["position"]) if pos < 8]
+        assert before and [a["acc"][i] for i in before] == [b["acc"][i] for i in before]
+
+
 def test_a_part_the_family_lacks_is_refused_before_scoring(run_dir, capsys):
     assert eval_main([str(run_dir), "state.drop=gates", "state.at=8"]) == 2
     err = capsys.readouterr().err
-    assert "its parts are feedback, window, memory (or all)" in err
+    assert "its parts are feedback, window, memory (or all, or none)" in err
     assert not list(run_dir.glob("state_*.json"))

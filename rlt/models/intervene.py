@@ -16,9 +16,9 @@ Parts, per family:
     LSTM                       memory    its (h, c)
     DeltaNet                   memory    its short-convolution buffers and matrix state
 
-``all`` is every part of the family. Where: ``boundary`` (before the first response token,
-the prompt/response boundary), ``P`` (before input position P, 0-based), ``every:K`` (before
-positions K, 2K, ...).
+``all`` is every part of the family; ``none`` drops nothing (the streamed control: the same
+path, no cut). Where: ``boundary`` (before the first response token, the prompt/response
+boundary), ``P`` (before input position P, 0-based), ``every:K`` (before positions K, 2K, ...).
 """
 
 from __future__ import annotations
@@ -52,16 +52,25 @@ def parts_of(model) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class Intervention:
     parts: tuple[str, ...]  # what is dropped
-    where: str  # "boundary" | "position" | "every"
+    where: str  # "boundary" | "position" | "every" | "never" (drop none)
     k: int = 0  # the position P, or the period K
 
     @property
     def name(self) -> str:
-        at = {"boundary": "boundary", "position": str(self.k), "every": f"every{self.k}"}
-        return f"drop-{'+'.join(self.parts)}_at-{at[self.where]}"
+        if self.where == "never":
+            return "drop-none"
+        return f"drop-{'+'.join(self.parts)}_at-{self.at.replace(':', '')}"
+
+    @property
+    def at(self) -> str:
+        """``state.at`` as given: boundary, P, every:K (``none`` for the control)."""
+        names = {"boundary": "boundary", "position": str(self.k), "every": f"every:{self.k}"}
+        return names.get(self.where, "none")
 
     def cuts(self, length: int, prompt_len: int) -> list[int]:
         """The positions in (0, length) before which the state is dropped."""
+        if self.where == "never":
+            return []
         if self.where == "boundary":
             points = [prompt_len]
         elif self.where == "position":
@@ -72,19 +81,26 @@ class Intervention:
 
 
 def parse(model, drop, at) -> Intervention:
-    """``state.drop`` (a part, a comma list or a list, or ``all``) and ``state.at``
-    (``boundary``, ``P`` or ``every:K``), checked against the model's family."""
+    """``state.drop`` (a part, a comma list or a list, ``all`` or ``none``) and ``state.at``
+    (``boundary``, ``P`` or ``every:K``; not read for ``none``), checked against the model's
+    family."""
     have = parts_of(model)
     asked = drop.split(",") if isinstance(drop, str) else list(drop or [])
     asked = [str(p).strip() for p in asked if str(p).strip()]
     if not asked:
-        raise InterventionError(f"state.drop is empty; name one of {', '.join(have)} or all")
+        raise InterventionError(f"state.drop is empty; name one of {', '.join(have)}, all or none")
+    if "none" in asked:
+        if len(asked) > 1:
+            raise InterventionError(
+                f"state.drop={','.join(asked)}: none drops nothing; give it alone"
+            )
+        return Intervention((), "never")
     parts = have if "all" in asked else tuple(dict.fromkeys(asked))
     unknown = [p for p in parts if p not in have]
     if unknown:
         raise InterventionError(
             f"state.drop={','.join(unknown)}: {type(model).__name__} has no such part; its "
-            f"parts are {', '.join(have)} (or all)"
+            f"parts are {', '.join(have)} (or all, or none)"
         )
     text = str(at).strip()
     if text == "boundary":

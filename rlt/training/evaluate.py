@@ -86,9 +86,15 @@ def evaluate_intervened(
     with_exact: bool = False,
     acc_mode: str = "last",
     progress=None,
+    by_position: list | None = None,
 ) -> list[dict[str, float]]:
     """:func:`evaluate_lengths` through the streaming path with a state intervention ``how``
-    (rlt.models.intervene.Intervention) applied: the same rows ``{length, metric, value}``."""
+    (rlt.models.intervene.Intervention) applied: the same rows ``{length, metric, value}``.
+
+    ``by_position``, a list, receives per length the accuracy at each scored input position
+    (teacher-forced, the share of examples whose prediction there is right), so a reader sees
+    where after a drop a model goes wrong and whether it recovers: ``{length, position: [..],
+    acc: [..], n: [..]}`` over the positions at least one example scores."""
     from rlt.models import intervene
 
     was_training = model.training
@@ -97,6 +103,7 @@ def evaluate_intervened(
     try:
         for length, loader in loaders.items():
             parts, hits, total = [], 0, 0
+            right, scored = None, None  # per position: examples right, examples scored
             for batch in loader:
                 batch = {
                     k: v.to(_device(model)) if torch.is_tensor(v) else v for k, v in batch.items()
@@ -111,6 +118,10 @@ def evaluate_intervened(
                         logits = part.new_zeros(*tokens.shape, part.shape[-1])
                     logits[idx] = part
                 parts.append(task_metrics.example_metrics(logits, batch, acc_mode))
+                hit = ((logits.argmax(-1) == batch["labels"]) & batch["score"]).sum(0)
+                n_scored = batch["score"].sum(0)
+                right = hit if right is None else _padded_sum(right, hit)
+                scored = n_scored if scored is None else _padded_sum(scored, n_scored)
                 if with_exact:
 
                     def generate(prompt, n, eos_id=None):
@@ -122,11 +133,30 @@ def evaluate_intervened(
             if with_exact:
                 metrics["exact"] = hits / max(1, total)
             rows += [{"length": int(length), "metric": k, "value": v} for k, v in metrics.items()]
+            if by_position is not None:
+                where = (scored > 0).nonzero().squeeze(1)
+                by_position.append(
+                    {
+                        "length": int(length),
+                        "position": where.tolist(),
+                        "acc": (right[where].double() / scored[where]).tolist(),
+                        "n": scored[where].tolist(),
+                    }
+                )
             if progress is not None:
                 progress(length, metrics)
     finally:
         model.train(was_training)
     return rows
+
+
+def _padded_sum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a + b`` for per-position counts of batches padded to different lengths."""
+    if a.shape[0] < b.shape[0]:
+        a, b = b, a
+    out = a.clone()
+    out[: b.shape[0]] += b
+    return out
 
 
 def _device(model: nn.Module) -> torch.device:

@@ -77,14 +77,26 @@ def test_generation_with_an_intervention_equals_streaming_its_own_output():
 @pytest.mark.parametrize(
     ("family", "drop", "at", "says"),
     [
-        ("lstm", "window", "8", "LSTMModel has no such part; its parts are memory (or all)"),
-        ("transformer", "feedback", "8", "its parts are memory (or all)"),
+        (
+            "lstm",
+            "window",
+            "8",
+            "LSTMModel has no such part; its parts are memory (or all, or none)",
+        ),
+        ("transformer", "feedback", "8", "its parts are memory (or all, or none)"),
         ("rlt1", "", "8", "state.drop is empty"),
         ("rlt1", "feedback", "every:0", "every:K with K >= 1"),
         ("rlt1", "feedback", "soon", "give boundary, a position P >= 1"),
+        ("rlt1", "none,feedback", "8", "none drops nothing; give it alone"),
     ],
 )
 def test_a_drop_or_a_place_that_does_not_apply_is_one_line(family, drop, at, says):
     with pytest.raises(intervene.InterventionError) as e:
         intervene.parse(make(family), drop, at)
     assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_dropping_none_streams_without_a_cut():
+    model = make("rlt1")
+    how = intervene.parse(model, "none", "8")
+    assert how.parts == () and how.cuts(40, 6) == [] and how.name == "drop-none"
