@@ -181,7 +181,7 @@ def position_table(length: int = 128) -> str:
     return "\n".join(lines) + "\n"
 
 
-def figures(out_dir: Path = HERE) -> list[Path]:
+def figures(out_dir: Path = HERE, dpi: int = 110) -> list[Path]:
     """accuracy_after_drop.png (per cell: accuracy against position, each one-time drop and the
     control) and stream_cost.png (decode latency and state bytes against position per family,
     from the stream benchmark's JSON files here)."""
@@ -200,9 +200,9 @@ def figures(out_dir: Path = HERE) -> list[Path]:
             _draw_cell(ax, cell, runs)
         fig.tight_layout()
         written.append(out_dir / "accuracy_after_drop.png")
-        fig.savefig(written[-1], dpi=110)
+        fig.savefig(written[-1], dpi=dpi)
         plt.close(fig)
-    files = sorted(out_dir.glob("stream_*.json"))
+    files = sorted(HERE.glob("stream_*.json"))
     if files:
         fig, axes = plt.subplots(len(files), 2, figsize=(11, 3.2 * len(files)), squeeze=False)
         for (lat, mem), f in zip(axes, files):
@@ -233,16 +233,29 @@ def figures(out_dir: Path = HERE) -> list[Path]:
             lat.set(ylabel="decode latency per token (ms)", title=title)
             mem.set(xscale="log", yscale="log", xlabel="position (tokens so far)")
             mem.set(ylabel="state per sequence (KB)", title=title)
+            _plain_ticks(lat)
+            _plain_ticks(mem)
             lat.legend(fontsize=7)
             mem.legend(fontsize=6, ncol=2)
         fig.tight_layout()
         written.append(out_dir / "stream_cost.png")
-        fig.savefig(written[-1], dpi=110)
+        fig.savefig(written[-1], dpi=dpi)
         plt.close(fig)
     return written
 
 
 FIG_LENGTH = {"s5_swaps": 128}  # the by-position view's length; other tasks: per length
+
+
+def _plain_ticks(ax) -> None:
+    """Plain numbers on log axes (matplotlib's 10^x labels are mathtext: slow and busy)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+        if scale == "log":
+            axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            axis.set_minor_formatter(NullFormatter())
 
 
 def _drawable(cell: str, runs: list[Path]) -> bool:
@@ -281,6 +294,7 @@ def _draw_cell(ax, cell: str, runs: list[Path]) -> None:
     ax.set_ylim(0, 102)
     for p in (8, 64):
         ax.axvline(p, color="grey", lw=0.6, ls=":")
+    _plain_ticks(ax)
     ax.set_title(f"{cell} ({len(runs)} seeds): drop before position 8 or 64", fontsize=9)
     ax.legend(fontsize=6, ncol=2)
 
