@@ -354,8 +354,28 @@ def split_bytes(state: Any) -> tuple[int, int]:
     return 0, state.nbytes()
 
 
+def read_gb_s(nbytes: int = 512 * 2**20, repeats: int = 5) -> float:
+    """The machine's read bandwidth for one thread (GB/s): the best of ``repeats`` sums of a
+    float32 buffer far larger than any cache (a sum reads each byte once and does little else)."""
+    x = torch.ones(nbytes // 4)
+    x.sum()  # touch every page first
+    best = min(timed(x.sum, "cpu")[0] for _ in range(repeats))
+    return nbytes / best / 1e9
+
+
+def weight_bytes(model: torch.nn.Module) -> dict[str, int]:
+    """Bytes of the model's weights, and of its decoder blocks (RLT: the part a token's
+    sequential step reads; the encoder runs over the whole prompt at once)."""
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    decoder = getattr(model, "decoder", None)
+    dec = sum(p.numel() * p.element_size() for p in decoder.parameters()) if decoder else total
+    return {"all": total, "per_token_step": dec}
+
+
 def bench_stream(args: argparse.Namespace) -> dict[str, Any]:
-    """Prefill throughput, decode latency at each position, state bytes per sequence."""
+    """Prefill throughput, decode latency at each position, state bytes per sequence; and, for
+    the bandwidth bound, the bytes of weights a token's step reads beside the machine's read
+    bandwidth (one thread)."""
     models = build_variants(args)
     last = max(args.positions)
     generator = torch.Generator().manual_seed(args.seed)
@@ -388,6 +408,7 @@ def bench_stream(args: argparse.Namespace) -> dict[str, Any]:
                 latency[p] = statistics.median(times)
             rows[name] = {
                 "prefill_tokens_per_s": args.stream_batch * last / statistics.median(prefill),
+                "weight_bytes": weight_bytes(model),
                 "decode_s": latency,
                 "state_bytes_per_seq": state_bytes,
                 "recurrent_state_bytes_per_seq": recurrent_bytes,  # the bounded part
@@ -396,7 +417,22 @@ def bench_stream(args: argparse.Namespace) -> dict[str, Any]:
             print(f"  {name:<12} done", flush=True)
     first, final = min(args.positions), max(args.positions)
     growth = {name: r["decode_s"][final] / r["decode_s"][first] for name, r in rows.items()}
-    return {"rows": rows, f"decode_{final}/decode_{first}": growth}
+    out = {"rows": rows, f"decode_{final}/decode_{first}": growth}
+    if args.device == "cpu":
+        gb_s = read_gb_s(args.bandwidth_mb * 2**20)
+        out["read_gb_s_one_thread"] = gb_s
+        # seconds per prefilled token if only reading the step's weights once per token
+        # (every sequence of the batch shares them) limited the speed
+        out["prefill_s_per_token_vs_weight_read"] = {
+            name: {
+                "measured": 1 / r["prefill_tokens_per_s"],
+                "weight_read_bound": r["weight_bytes"]["per_token_step"]
+                / (gb_s * 1e9)
+                / args.stream_batch,
+            }
+            for name, r in rows.items()
+        }
+    return out
 
 
 def print_train(result: dict[str, Any], args: argparse.Namespace) -> None:
@@ -464,6 +500,16 @@ def print_stream(result: dict[str, Any], args: argparse.Namespace) -> None:
         )
     key = next(k for k in result if k.startswith("decode_"))
     print(f"{key}: " + ", ".join(f"{k} = {v:.2f}" for k, v in result[key].items()))
+    if "read_gb_s_one_thread" in result:
+        print(
+            f"read bandwidth, one thread (sum of a {args.bandwidth_mb} MB buffer): "
+            f"{result['read_gb_s_one_thread']:.1f} GB/s; prefill ms per token, measured / "
+            "reading the step's weights once per token at that bandwidth: "
+            + ", ".join(
+                f"{k} {1e3 * v['measured']:.2f}/{1e3 * v['weight_read_bound']:.2f}"
+                for k, v in result["prefill_s_per_token_vs_weight_read"].items()
+            )
+        )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -487,6 +533,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--mode", choices=["train", "stream", "both"], default="train")
     parser.add_argument("--positions", default="16,64,256,512", help="decode positions (stream)")
     parser.add_argument("--stream-batch", type=int, default=1)
+    parser.add_argument(
+        "--bandwidth-mb", type=int, default=512, help="stream mode: buffer read for the bandwidth"
+    )
     parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip peak memory")
     parser.add_argument("--plain", action="store_true", help="RLT-1/2 on the plain autograd path")
     parser.add_argument(

@@ -135,7 +135,7 @@ def test_stream_bench_measures_every_family_and_splits_the_state_bytes(tmp_path)
     constant (RLT s_t and windows, LSTM (h, c), DeltaNet's state), checked at positions 4 and 8."""
     out = tmp_path / "stream.json"
     argv = "--preset small --d-model 32 --n-heads 4 --d-ff 48 --split 1+1 --threads 1"
-    argv += " --repeats 1 --mode stream --positions 4,8 --stream-batch 2"
+    argv += " --repeats 1 --mode stream --positions 4,8 --stream-batch 2 --bandwidth-mb 64"
     argv += f" --variants rlt1,rlt2,rlt0,transformer,lstm,deltanet --json {out}"
     bench.main(argv.split())
     saved = json.loads(out.read_text())
@@ -150,6 +150,14 @@ def test_stream_bench_measures_every_family_and_splits_the_state_bytes(tmp_path)
     assert rows["lstm"]["growing_state_bytes_per_seq"]["8"] == 0
     assert rows["transformer"]["recurrent_state_bytes_per_seq"]["8"] == 0
     assert rows["rlt1"]["growing_state_bytes_per_seq"]["8"] > 0
+    # the weights a token's sequential step reads: an RLT's decoder (one of its two blocks
+    # here, so about half), every weight of the other families; beside the read bandwidth
+    rlt1, tf = rows["rlt1"]["weight_bytes"], rows["transformer"]["weight_bytes"]
+    assert 0.2 * rlt1["all"] < rlt1["per_token_step"] < 0.6 * rlt1["all"]
+    assert tf["per_token_step"] == tf["all"] and saved["stream"]["read_gb_s_one_thread"] > 0
+    bound = saved["stream"]["prefill_s_per_token_vs_weight_read"]["rlt1"]["weight_read_bound"]
+    gb_s = saved["stream"]["read_gb_s_one_thread"]
+    assert bound == pytest.approx(rlt1["per_token_step"] / 2 / (gb_s * 1e9))
 
 
 def test_stream_only_variants_are_refused_in_train_mode(capsys) -> None:
