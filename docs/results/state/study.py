@@ -123,6 +123,8 @@ def table() -> str:
                 continue
             ls = sorted({n for by_len in groups.values() for n in by_len})
             what = {"acc": "test accuracy", "exact": "greedy exact answers"}[metric]
+            if metric == "acc" and len(metrics) > 1:
+                what = "teacher-forced answer-token accuracy"
             lines += [
                 f"\n**{cell}** ({what} %, mean over seeds; per seed at {ls[-1]})\n",
                 "| state dropped | " + " | ".join(str(n) for n in ls) + f" | seeds at {ls[-1]} |",
