@@ -268,6 +268,9 @@ def _draw_cell(ax, cell: str, runs: list[Path]) -> None:
     task = cell.split("/")[1]
     one_time = ("feedback @ 8", "window @ 8", "memory @ 8", "all @ 8", "feedback @ 64")
     one_time += ("memory @ 64",)
+    boundary = ("feedback @ boundary", "window @ boundary", "memory @ boundary", "all @ boundary")
+    if task == "addition":  # a prompt: the drops are at its end
+        one_time = boundary
     if task in FIG_LENGTH:  # every position labelled: accuracy along one test length
         length = FIG_LENGTH[task]
         per_seed = [_by_position(run, length) for run in runs]
@@ -291,13 +294,18 @@ def _draw_cell(ax, cell: str, runs: list[Path]) -> None:
             if name in groups:
                 ls = sorted(groups[name])
                 ax.plot(ls, [statistics.mean(groups[name][n]) for n in ls], marker=".", label=name)
-        ax.set(xscale="log", xlabel="sequence length (label at the last position)")
+        xlabel = "sequence length (label at the last position)"
+        if task == "addition":
+            xlabel = "operand digits (teacher-forced answer-token accuracy)"
+        ax.set(xscale="log", xlabel=xlabel)
         ax.set(ylabel="accuracy %")
     ax.set_ylim(0, 102)
-    for p in (8, 64):
-        ax.axvline(p, color="grey", lw=0.6, ls=":")
+    where = "at the prompt/response boundary" if task == "addition" else "before position 8 or 64"
+    if task != "addition":
+        for p in (8, 64):
+            ax.axvline(p, color="grey", lw=0.6, ls=":")
     _plain_ticks(ax)
-    ax.set_title(f"{cell} ({len(runs)} seeds): drop before position 8 or 64", fontsize=9)
+    ax.set_title(f"{cell} ({len(runs)} seeds): drop {where}", fontsize=9)
     ax.legend(fontsize=6, ncol=2)
 
 
