@@ -1,4 +1,4 @@
-"""RLT_PORTABLE=1 (rlt/portable.py): one CPU code path on every x86-64 host with AVX2.
+"""Portable arithmetic (rlt/portable.py, on by default): one CPU code path on x86-64 with AVX2.
 
 The committed references (tests/reference/portable_*.json) are every number of two runs' results
 made in portable mode: the tiny experiment and 200 steps of the laptop-shape RLT-1 1+1 on
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from rlt.portable import cpu_model
+from rlt.portable import cpu_flags, cpu_model, has_avx2
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = Path(__file__).parent / "reference"
@@ -42,22 +42,8 @@ COMMON = ["print_table=false", "logger=csv", "trainer.threads=1", "trainer.nativ
 NUMBERS = ("params", "train_curve", "val_curve", "selection", "test_by_policy")
 
 
-def _flags() -> set[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-def has_avx2() -> bool:
-    return "avx2" in _flags()
-
-
 def host() -> tuple[str, str]:
-    return cpu_model(), "avx512f" if "avx512f" in _flags() else "avx2"
+    return cpu_model(), "avx512f" if "avx512f" in cpu_flags() else "avx2"
 
 
 pytestmark = pytest.mark.skipif(
@@ -96,26 +82,33 @@ def test_portable_run_reproduces_the_reference(name: str, tmp_path: Path, reques
 
 
 def test_portable_pins_the_code_path_before_torch_runs() -> None:
-    """Importing rlt with RLT_PORTABLE=1 pins ATen's kernels to AVX2 even after `import torch`
-    (nothing ran yet); without it, ATen picks the CPU's best."""
+    """Importing rlt pins ATen's kernels to AVX2, by default and with RLT_PORTABLE=1, even after
+    `import torch` (nothing ran yet); with RLT_PORTABLE=0, ATen picks the CPU's best."""
     probe = "import torch, rlt; torch.ones(4).sum(); print(torch.backends.cpu.get_cpu_capability())"
-    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
-    on = subprocess.run(
-        [sys.executable, "-c", probe],
-        env={**env, "RLT_PORTABLE": "1"},
-        capture_output=True,
-        text=True,
-    )
-    assert on.stdout.strip() == "AVX2", on.stderr
-    off = subprocess.run(
-        [sys.executable, "-c", probe],
-        env={**env, "RLT_PORTABLE": "0"},
-        capture_output=True,
-        text=True,
-    )
+    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "RLT_PORTABLE")}
+
+    def level(code: str, **extra: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-c", code], env={**env, **extra}, capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert level(probe) == level(probe, RLT_PORTABLE="1") == "AVX2"
     plain = "import torch; torch.ones(4).sum(); print(torch.backends.cpu.get_cpu_capability())"
-    best = subprocess.run([sys.executable, "-c", plain], env=env, capture_output=True, text=True)
-    assert off.stdout.strip() == best.stdout.strip() != "", (off.stderr, best.stderr)
+    assert level(probe, RLT_PORTABLE="0") == level(plain) != ""
+
+
+def test_the_default_and_the_switch_are_read_as_documented(monkeypatch, capsys) -> None:
+    """Unset or on: on; 0/off/false/no: off; anything else is named on stderr, default kept."""
+    from rlt import portable
+
+    for value, expected in (("", True), ("1", True), ("On", True), ("0", False), ("off", False)):
+        monkeypatch.setenv("RLT_PORTABLE", value)
+        assert portable.requested() is expected, value
+    monkeypatch.setenv("RLT_PORTABLE", "maybe")
+    assert portable.requested() is True
+    assert "RLT_PORTABLE='maybe'" in capsys.readouterr().err
 
 
 def write_references() -> None:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_portable import VERIFIED, host
+
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
 
@@ -49,6 +51,22 @@ def test_default_experiment_runs_and_extrapolates(tmp_path):
     assert acc[256] >= 0.95, acc
     claimed = re.search(r"(\d+(?:\.\d+)?)% at 256 bits", README)
     assert claimed, "README must state the default experiment's accuracy at 256 bits"
+    # The table the README prints, number for number: portable arithmetic (on by default)
+    # makes it the same on every x86-64 host with AVX2; a host of a model not yet verified
+    # reports its outcome as xfail / xpass (tests/test_portable.py).
+    shown = readme_quickstart_table()
+    assert {20, 40, 256} <= set(shown), shown
+    got = {n: round(100 * acc[n], 2) for n in shown}
+    if host() not in VERIFIED and got != shown:
+        pytest.xfail(f"quickstart table differs on {host()} (not yet verified): {got}")
+    assert got == shown
+
+
+def readme_quickstart_table() -> dict[int, float]:
+    """The quickstart's printed table in the README: {length: acc %}."""
+    block = README.split("The table it prints:", 1)[1].split("```", 2)[1]
+    rows = re.findall(r"│\s+(\d+)(?: \*)? │\s+([\d.]+) │", block)
+    return {int(n): float(a) for n, a in rows}
 
 
 def test_the_readmes_links_resolve_in_a_clone():

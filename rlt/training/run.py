@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rlt import rundir
+from rlt import portable, rundir
 from rlt.training import hydra_env, identity, slurm
 from rlt.training.callbacks import (
     FeedbackDiagnostics,
@@ -84,6 +84,8 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
             # retrain starts without the stops of the training it replaces.
             fresh = {} if continuing else {"stops": []}
             rundir.write_status(run_dir, "running", retrain=True, **fresh)
+        if not resuming:  # the arithmetic a run starts in is the one it resumes in
+            rundir.write_status(run_dir, "running", portable=portable.active())
         if (job := slurm.job_info()) is not None:
             rundir.write_status(run_dir, "running", slurm=job)
         try:
@@ -112,6 +114,7 @@ def check(cfg: DictConfig, *, where: bool = True, on_this_machine: bool = True) 
         check_writable_root(spec.run_dir)
         if not cfg.force:
             _check_same_config(spec)
+            _check_same_arithmetic(spec)
     return spec
 
 
@@ -298,6 +301,21 @@ def _check_same_config(spec: RunSpec) -> None:
         + (_variant_hint(diffs, spec.settings.resolved) or "give the new run its own place: ")
         + "root=DIR or sweep_name=NAME."
     )
+
+
+def _check_same_arithmetic(spec: RunSpec) -> None:
+    """Refuse to resume a stopped run in another CPU arithmetic than it started in
+    (rlt/portable.py): its numbers would change mid-run. A finished run is only skipped."""
+    last = spec.run_dir / rundir.CKPT_DIR / rundir.LAST_CKPT
+    status = rundir.read_json(spec.run_dir / rundir.STATUS, corrupt_ok=True) or {}
+    if not last.exists() or status.get("state") == "done":
+        return
+    why = portable.resume_mismatch(status.get("portable"))
+    if why is not None:
+        raise ConfigError(
+            f"cannot resume {spec.run_dir}: {why}. Nothing was changed; force=true retrains it "
+            "from scratch in this process's arithmetic."
+        )
 
 
 def _variant_hint(diffs: list[str], requested: dict[str, Any]) -> str | None:

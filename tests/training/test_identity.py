@@ -4,10 +4,12 @@ the stored one; bad values fail before any file changes."""
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
 
+from rlt import portable
 from rlt.training.identity import config_differences
 from rlt.training.run import run
 from rlt.training.spec import ConfigError
@@ -368,3 +370,23 @@ def test_an_early_stop_that_never_fired_is_the_fixed_step_run(tmp_path):
     assert load_results(Path(out["run_dir"]))["stopped_early"] == 4
     with pytest.raises(ConfigError, match="callbacks.early_stop.val_acc: 0.0 -> None"):
         run(tiny(fired, "scale.max_steps=8", "scale.val_every=2"))
+
+
+def test_a_stopped_run_resumes_only_in_the_arithmetic_it_started_in(tmp_path, monkeypatch):
+    """status.json records whether the run started with portable arithmetic (rlt/portable.py);
+    resuming it in the other mode would change its numbers mid-run, so it is refused in one
+    line naming RLT_PORTABLE, before anything is written."""
+    out = run(
+        tiny(tmp_path, "+callbacks.inject_failure={kind: error, step: 3}"), raise_on_failure=False
+    )
+    assert out["state"] == "failed"
+    status = json.loads((Path(out["run_dir"]) / "status.json").read_text())
+    assert status["portable"] is portable.active()
+    before = snapshot(tmp_path)
+    monkeypatch.setattr(portable, "status", "off (RLT_PORTABLE=0)" if portable.active() else "on")
+    with pytest.raises(ConfigError, match=r"RLT_PORTABLE=0.*force=true") as err:
+        run(tiny(tmp_path))
+    assert "\n" not in str(err.value)
+    assert snapshot(tmp_path) == before
+    monkeypatch.undo()
+    assert run(tiny(tmp_path))["state"] == "resumed"
