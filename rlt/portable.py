@@ -106,6 +106,21 @@ def resume_mismatch(started_portable: object) -> str | None:
     return f"it started with portable arithmetic off: resume it with {ENV}=0"
 
 
+def scoring_note(results: dict) -> str | None:
+    """What to tell someone scoring a finished run (eval.py, the probe) in another arithmetic
+    than it was trained in: its numbers can move in the last digits against results.json's.
+    A results.json without ``arithmetic`` predates the record: trained with the mode off."""
+    trained = (results.get("arithmetic") or {}).get("portable", False)
+    if not isinstance(trained, bool) or trained == active():
+        return None
+    fix = f"{ENV}=0" if not trained else f"a CPU with AVX2 and without {ENV}=0"
+    return (
+        f"was trained with portable arithmetic {'on' if trained else 'off'} and is scored with it "
+        f"{status}: its numbers can differ from results.json's in the last digits ({fix} scores "
+        "it in its own)"
+    )
+
+
 def cpu_model() -> str:
     """The CPU's model name (/proc/cpuinfo on Linux), so a number is read with its host."""
     try:

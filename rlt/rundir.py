@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rlt import portable
+
 RESULTS = "results.json"
 REPLACED_RESULTS = "results.replaced.json"  # a forced retrain's predecessor, set aside
 STATUS = "status.json"
@@ -227,13 +229,15 @@ def file_sha256(path: str | Path) -> str:
 
 def scored_stamp(run_dir: str | Path, policy: str, step: int) -> dict[str, Any]:
     """What a file scored from a kept checkpoint records of it: the configuration (config.yaml's
-    hash, as results.json has it) and the checkpoint (policy, step, the file's sha256)."""
+    hash, as results.json has it), the checkpoint (policy, step, the file's sha256) and the
+    arithmetic it was scored in (a later call in the other one starts the file anew)."""
     ckpt = Path(run_dir) / CKPT_DIR / f"{policy}.pt"
     return {
         "policy": policy,
         "step": int(step),
         "config_hash": config_hash(run_dir),
         "checkpoint": {"file": f"{CKPT_DIR}/{policy}.pt", "sha256": file_sha256(ckpt)},
+        "portable": portable.active(),  # the arithmetic it was scored in (rlt/portable.py)
     }
 
 

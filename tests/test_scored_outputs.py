@@ -235,3 +235,26 @@ def test_a_part_the_family_lacks_is_refused_before_scoring(run_dir, capsys):
     err = capsys.readouterr().err
     assert "its parts are feedback, window, memory (or all, or none)" in err
     assert not list(run_dir.glob("state_*.json"))
+
+
+def test_scoring_in_another_arithmetic_is_said_and_starts_the_file_anew(
+    run_dir, capsys, monkeypatch
+):
+    """A run scored in another CPU arithmetic than it was trained in (rlt/portable.py) gets a
+    note naming RLT_PORTABLE; the file records the arithmetic, and rows of the two arithmetics
+    are never merged into one file."""
+    from rlt import portable
+
+    trained = json.loads((run_dir / "results.json").read_text())["arithmetic"]["portable"]
+    assert trained is portable.active()
+    assert eval_main([str(run_dir), "task.test_lengths=[30]"]) == 0
+    assert "portable arithmetic" not in capsys.readouterr().err
+    out = run_dir / "eval_min_val_loss.json"
+    assert json.loads(out.read_text())["portable"] is trained
+    monkeypatch.setattr(portable, "status", "on" if not trained else "off (RLT_PORTABLE=0)")
+    assert eval_main([str(run_dir), "task.test_lengths=[24]"]) == 0
+    err = capsys.readouterr().err
+    assert f"trained with portable arithmetic {'on' if trained else 'off'}" in err
+    assert "RLT_PORTABLE=0" in err
+    assert json.loads(out.read_text())["portable"] is not trained
+    assert _lengths(out) == {24}

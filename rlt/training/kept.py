@@ -5,13 +5,14 @@ evaluated it (RLT-2 with the chunk size it was evaluated at). Used by ``eval.py`
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from rlt import families, rundir
+from rlt import families, portable, rundir
 from rlt.training import identity
 from rlt.training.callbacks import load_weights
 from rlt.training.spec import ConfigError, RunSpec, prepare
@@ -54,6 +55,9 @@ def load_kept(run_dir: str | Path, policy: str = "min_val_loss", overrides=()) -
             f"--policy {policy!r} is not a checkpoint policy; use one of {', '.join(rundir.POLICIES)}"
         )
     require_finished(run_dir)
+    results = rundir.read_json(run_dir / rundir.RESULTS, corrupt_ok=True) or {}
+    if (note := portable.scoring_note(results)) is not None:
+        print(f"note: {run_dir} {note}", file=sys.stderr)
     config = run_dir / rundir.CONFIG
     ckpt = run_dir / rundir.CKPT_DIR / f"{policy}.pt"
     for path, what in ((config, "its config.yaml"), (ckpt, f"the {policy} checkpoint")):
