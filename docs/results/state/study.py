@@ -6,6 +6,7 @@
         # runs/ here
     python docs/results/state/study.py                             # print the study's tables
     python docs/results/state/study.py figures                     # draw the page's figures
+    python docs/results/state/study.py page                        # rewrite the page's tables
 
 Every number and figure of the page is read from runs/ and the stream benchmark's JSON files
 here by the last two commands; checkpoints are not committed, so the first needs the training
@@ -15,6 +16,7 @@ roots.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import statistics
 import subprocess
@@ -309,6 +311,30 @@ def _draw_cell(ax, cell: str, runs: list[Path]) -> None:
     ax.legend(fontsize=6, ncol=2)
 
 
+TABLE = re.compile(r"^(\*\*laptop[^\n]*\*\*[^\n]*)\n\n((?:\|[^\n]*\n?)+)", re.M)
+
+
+def tables(text: str) -> dict[str, str]:
+    """``**sweep/task/model/arch** (...)`` header line -> the table under it, verbatim."""
+    return {m.group(1): m.group(2).rstrip("\n") for m in TABLE.finditer(text)}
+
+
+def rewrite_page(page: Path = HERE / "README.md") -> list[str]:
+    """Replace every table of the page by what the committed runs give now (matched by its
+    header line); the prose around them is left as it is. Returns the headers it changed; a
+    header study.py no longer prints is named on stderr and left alone."""
+    printed = tables(table() + position_table())
+    text, changed = page.read_text(), []
+    for header, shown in tables(text).items():
+        if header not in printed:
+            print(f"{header}: study.py prints no such table now; left as it is", file=sys.stderr)
+        elif printed[header] != shown:
+            text = text.replace(f"{header}\n\n{shown}", f"{header}\n\n{printed[header]}", 1)
+            changed.append(header)
+    page.write_text(text)
+    return changed
+
+
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "run":
         if len(argv) < 2:
@@ -319,6 +345,10 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "figures":
         for path in figures():
             print(f"wrote {path.relative_to(REPO)}")
+        return 0
+    if argv and argv[0] == "page":
+        for header in rewrite_page():
+            print(f"updated {header}")
         return 0
     print(table())
     print(position_table())
