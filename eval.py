@@ -81,6 +81,7 @@ def merged(path: Path, stamp: dict, rows: list[dict], key: str = "rows") -> list
     from rlt import rundir
 
     earlier = rundir.read_json(path, corrupt_ok=True) or {}
+    earlier.setdefault("portable", False)  # written before the record: portable was off then
     if any(earlier.get(k) != v for k, v in stamp.items()):
         return rows  # another checkpoint or config: start the file anew
     new = {r["length"] for r in rows}

@@ -77,10 +77,14 @@ def pin() -> str:
         status = f"off ({ENV}={os.environ.get(ENV)})"
         return status
     if not has_avx2():
-        status = f"unavailable (no AVX2 on this {platform.machine()} CPU)"
+        status = f"unavailable (no AVX2 flag readable on this {platform.machine()} CPU)"
         return status
     for name, value in SETTINGS.items():
         os.environ.setdefault(name, value)
+    theirs = [n for n, v in SETTINGS.items() if os.environ[n].strip().lower() != v.lower()]
+    if theirs:  # a value the user set wins, and then the arithmetic is not the portable one
+        status = "off (set by the user: " + ", ".join(f"{n}={os.environ[n]}" for n in theirs) + ")"
+        return status
     late = "torch" in sys.modules
     status = "on" + (
         " (torch was imported before rlt: check arithmetic.cpu_capability)" if late else ""
@@ -94,8 +98,10 @@ def active() -> bool:
 
 def resume_mismatch(started_portable: object) -> str | None:
     """Why a run that started with ``portable`` = ``started_portable`` (status.json) cannot
-    resume in this process, or None. Unknown (a run started before the mode was recorded):
-    None."""
+    resume in this process, or None. A run started before the mode was recorded (None)
+    started with it off, the default then."""
+    if started_portable is None:
+        started_portable = False
     if not isinstance(started_portable, bool) or started_portable == active():
         return None
     if started_portable:

@@ -99,6 +99,19 @@ def test_portable_pins_the_code_path_before_torch_runs() -> None:
     assert level(probe, RLT_PORTABLE="0") == level(plain) != ""
 
 
+def test_a_setting_the_user_made_wins_and_the_run_is_not_called_portable() -> None:
+    probe = "import rlt; print(rlt.portable.status); print(rlt.portable.active())"
+    env = {k: v for k, v in os.environ.items() if k not in ("RLT_PORTABLE", "MKL_CBWR")}
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**env, "ATEN_CPU_CAPABILITY": "default"},
+        capture_output=True,
+        text=True,
+    )
+    status, active = out.stdout.strip().splitlines()
+    assert status == "off (set by the user: ATEN_CPU_CAPABILITY=default)" and active == "False"
+
+
 def test_the_default_and_the_switch_are_read_as_documented(monkeypatch, capsys) -> None:
     """Unset or on: on; 0/off/false/no: off; anything else is named on stderr, default kept."""
     from rlt import portable

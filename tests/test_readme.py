@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from rlt.portable import has_avx2
 from tests.test_portable import VERIFIED, host
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,7 +34,9 @@ def test_quickstart_is_two_commands_install_then_run():
 @pytest.mark.slow
 def test_default_experiment_runs_and_extrapolates(tmp_path):
     """``python train.py`` exactly as the README says (only the output root moved to tmp)."""
-    env = dict(os.environ, WANDB_MODE="disabled", PYTHONUNBUFFERED="1")
+    pinned = ("RLT_PORTABLE", "ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")
+    env = {k: v for k, v in os.environ.items() if k not in pinned}  # the defaults, as a user has
+    env.update(WANDB_MODE="disabled", PYTHONUNBUFFERED="1")
     proc = subprocess.run(
         [sys.executable, "train.py", f"root={tmp_path}", "trainer.progress_bar=false"],
         cwd=REPO,
@@ -54,6 +57,8 @@ def test_default_experiment_runs_and_extrapolates(tmp_path):
     # The table the README prints, number for number: portable arithmetic (on by default)
     # makes it the same on every x86-64 host with AVX2; a host of a model not yet verified
     # reports its outcome as xfail / xpass (tests/test_portable.py).
+    if not has_avx2():
+        pytest.skip("the README's numbers are portable arithmetic's: x86-64 with AVX2")
     shown = readme_quickstart_table()
     assert {20, 40, 256} <= set(shown), shown
     got = {n: round(100 * acc[n], 2) for n in shown}

@@ -258,3 +258,18 @@ def test_scoring_in_another_arithmetic_is_said_and_starts_the_file_anew(
     assert "RLT_PORTABLE=0" in err
     assert json.loads(out.read_text())["portable"] is not trained
     assert _lengths(out) == {24}
+
+
+def test_rows_written_before_the_record_merge_with_rows_of_the_old_default(run_dir, monkeypatch):
+    """An eval file written before ``portable`` was recorded was scored with it off (the
+    default then): a later call with it off adds its lengths to the file's."""
+    from rlt import portable
+
+    monkeypatch.setattr(portable, "status", "off (RLT_PORTABLE=0)")
+    assert eval_main([str(run_dir), "task.test_lengths=[30]"]) == 0
+    out = run_dir / "eval_min_val_loss.json"
+    block = json.loads(out.read_text())
+    del block["portable"]
+    out.write_text(json.dumps(block))
+    assert eval_main([str(run_dir), "task.test_lengths=[24]"]) == 0
+    assert _lengths(out) == {24, 30}

@@ -114,7 +114,8 @@ def check(cfg: DictConfig, *, where: bool = True, on_this_machine: bool = True) 
         check_writable_root(spec.run_dir)
         if not cfg.force:
             _check_same_config(spec)
-            _check_same_arithmetic(spec)
+            if cfg.resume and on_this_machine:  # a SLURM job checks on its own node
+                _check_same_arithmetic(spec)
     return spec
 
 
@@ -166,6 +167,8 @@ def _continues_retrain(spec: RunSpec, last: Path) -> bool:
     status = rundir.read_json(spec.run_dir / rundir.STATUS, corrupt_ok=True) or {}
     if not status.get("retrain") or status.get("state") in ("done", "failed"):
         return False  # a failed retrain starts again from scratch under force=true
+    if portable.resume_mismatch(status.get("portable")) is not None:
+        return False  # begun in the other CPU arithmetic: force=true starts it anew
     if not last.exists() or (spec.run_dir / rundir.RESULTS).exists():
         return False
     try:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rlt import portable
+from rlt import portable, rundir
 from rlt.training.identity import config_differences
 from rlt.training.run import run
 from rlt.training.spec import ConfigError
@@ -383,10 +383,46 @@ def test_a_stopped_run_resumes_only_in_the_arithmetic_it_started_in(tmp_path, mo
     status = json.loads((Path(out["run_dir"]) / "status.json").read_text())
     assert status["portable"] is portable.active()
     before = snapshot(tmp_path)
-    monkeypatch.setattr(portable, "status", "off (RLT_PORTABLE=0)" if portable.active() else "on")
+    _other_arithmetic(monkeypatch)
     with pytest.raises(ConfigError, match=r"RLT_PORTABLE=0.*force=true") as err:
         run(tiny(tmp_path))
     assert "\n" not in str(err.value)
     assert snapshot(tmp_path) == before
     monkeypatch.undo()
     assert run(tiny(tmp_path))["state"] == "resumed"
+
+
+def _other_arithmetic(monkeypatch) -> None:
+    monkeypatch.setattr(portable, "status", "off (RLT_PORTABLE=0)" if portable.active() else "on")
+
+
+def test_a_run_stopped_before_the_record_resumes_only_with_the_old_default(tmp_path, monkeypatch):
+    """status.json without ``portable`` (a run stopped before the mode was recorded) started
+    with it off, the default then: it resumes with RLT_PORTABLE=0 and is refused with it on."""
+    out = run(
+        tiny(tmp_path, "+callbacks.inject_failure={kind: error, step: 3}"), raise_on_failure=False
+    )
+    path = Path(out["run_dir"]) / "status.json"
+    status = json.loads(path.read_text())
+    del status["portable"]
+    path.write_text(json.dumps(status))
+    monkeypatch.setattr(portable, "status", "on")
+    with pytest.raises(
+        ConfigError, match=r"started with portable arithmetic off: resume it with RLT_PORTABLE=0"
+    ):
+        run(tiny(tmp_path))
+    monkeypatch.setattr(portable, "status", "off (RLT_PORTABLE=0)")
+    assert run(tiny(tmp_path))["state"] == "resumed"
+
+
+def test_a_forced_retrain_begun_in_the_other_arithmetic_starts_anew(finished, monkeypatch):
+    """force=true continues its own stopped retrain, but one begun in the other arithmetic is
+    started again from scratch (what force=true promises), recording the arithmetic it runs in."""
+    stop = tiny(finished, "force=true", "+callbacks.inject_failure={kind: error, step: 3}")
+    assert run(stop, raise_on_failure=False)["state"] == "failed"
+    run_dir = next(finished.rglob("status.json")).parent
+    rundir.write_status(run_dir, "interrupted", stopped_by="SIGTERMException")  # as if stopped
+    _other_arithmetic(monkeypatch)
+    out = run(tiny(finished, "force=true"))
+    assert out["state"] == "done"  # not "resumed": trained from step 0
+    assert json.loads((run_dir / "status.json").read_text())["portable"] is portable.active()
