@@ -112,6 +112,9 @@ def build_variants(args: argparse.Namespace) -> dict[str, torch.nn.Module]:
 def compiled_forms(models: dict[str, torch.nn.Module]) -> dict[str, torch.nn.Module]:
     """``torch.compile`` of each model (same parameters); RLT-1/RLT-2 switch their recurrence
     to the compiled chunk step, which the whole-model compile leaves to itself."""
+    from rlt.models.compiled import host_vector_width_for_inductor
+
+    host_vector_width_for_inductor()
     out = {}
     for name, model in models.items():
         if name in ("rlt1", "rlt2"):

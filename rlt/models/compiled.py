@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import shutil
 
 import torch
@@ -188,6 +189,22 @@ def compiler_available(device: torch.device | str) -> tuple[bool, str]:
     return False, f"no compiled step for device type {kind!r}"
 
 
+def host_vector_width_for_inductor() -> None:
+    """Let inductor's C++ code use the host's widest vector ISA even where portable arithmetic
+    (rlt/portable.py) sets ``ATEN_CPU_CAPABILITY=avx2``: inductor reads that variable too, and
+    its AVX2 code for this model gives NaN with torch 2.13 on an AVX-512 host
+    (tests/models/test_model_compiled.py). So compiled CPU code (``trainer.compile=on``, not the
+    default on CPU) keeps the host's own arithmetic; portable arithmetic covers the eager path
+    and the C++ token loop (README, "The same numbers on another machine")."""
+    if not os.environ.get("ATEN_CPU_CAPABILITY"):
+        return
+    from torch._inductor import config, cpu_vec_isa
+
+    widths = [isa.bit_width() for isa in cpu_vec_isa.valid_vec_isa_list()]
+    if widths and config.cpp.simdlen is None:
+        config.cpp.simdlen = max(widths)
+
+
 @functools.cache
 def compiled_step(device_type: str):
     """The compiled chunk step for one device type (made once per process).
@@ -199,6 +216,7 @@ def compiled_step(device_type: str):
     )
     if device_type == "cuda":
         return torch.compile(chunk_group, fullgraph=True, dynamic=False, mode="reduce-overhead")
+    host_vector_width_for_inductor()
     return torch.compile(chunk_group, fullgraph=True, dynamic=False)
 
 

@@ -310,9 +310,11 @@ def _check_same_arithmetic(spec: RunSpec) -> None:
     """Refuse to resume a stopped run in another CPU arithmetic than it started in
     (rlt/portable.py): its numbers would change mid-run. A finished run is only skipped."""
     last = spec.run_dir / rundir.CKPT_DIR / rundir.LAST_CKPT
-    status = rundir.read_json(spec.run_dir / rundir.STATUS, corrupt_ok=True) or {}
-    if not last.exists() or status.get("state") == "done":
-        return
+    if not last.exists() or (spec.run_dir / rundir.RESULTS).exists():
+        return  # nothing to resume, or finished (skipped, or its status repaired)
+    status = rundir.read_json(spec.run_dir / rundir.STATUS, corrupt_ok=True)
+    if status is None or status.get("state") == "done":
+        return  # an unreadable status: which arithmetic it started in is not known
     why = portable.resume_mismatch(status.get("portable"))
     if why is not None:
         raise ConfigError(
