@@ -149,6 +149,29 @@ def train_step_fn(
     return step
 
 
+# --warmup auto: a round is steady once no variant's step maps in more than this many new pages
+SETTLED_FAULTS = 1024  # 4 MiB of 4 KiB pages
+WARMUP_MAX = 8
+
+
+def _warmup(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of rounds or auto, got {value!r}") from None
+
+
+def heap_settled(warm: dict[str, list[dict[str, float]]]) -> bool:
+    """Whether the last warm-up round was steady: every variant's step faulted in at most
+    ``SETTLED_FAULTS`` new pages. Until then the process heap is still growing to the step's
+    high-water mark (4 models interleaved in one process take a few rounds at the report's
+    width; one model training alone, 2 steps), and a timed round would count the kernel
+    mapping pages in, not the step (BENCHMARKS.md, "Warm-up")."""
+    return all(rounds and rounds[-1]["minor_faults"] <= SETTLED_FAULTS for rounds in warm.values())
+
+
 def minor_faults() -> int:
     """Minor page faults of this process so far (pages the kernel mapped in again)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt if resource else 0
@@ -244,17 +267,28 @@ def bench_train(args: argparse.Namespace) -> dict[str, Any]:
     wall: dict[str, list[float]] = {name: [] for name in steps}
     cpu: dict[str, list[float]] = {name: [] for name in steps}
     faults: dict[str, list[int]] = {name: [] for name in steps}
+    warm: dict[str, list[dict[str, float]]] = {name: [] for name in steps}
     first: dict[str, float] = {}
-    for round_ in range(args.warmup + args.repeats):
+    round_, timed_rounds = 0, 0
+    while timed_rounds < args.repeats:
+        warming = round_ < WARMUP_MAX if args.warmup == "auto" else round_ < args.warmup
+        if warming and args.warmup == "auto" and round_ >= 1 and heap_settled(warm):
+            warming = False
         for name, fn in steps.items():  # interleaved: load drift hits every variant alike
             before = minor_faults()
             w, c = timed(fn, args.device)
+            fault_count = minor_faults() - before
             first.setdefault(name, w)
-            if round_ >= args.warmup:
+            if warming:
+                warm[name].append({"wall_s": w, "minor_faults": fault_count})
+            else:
                 wall[name].append(w)
                 cpu[name].append(c)
-                faults[name].append(minor_faults() - before)
-            print(f"  round {round_ + 1 - args.warmup:>2} {name:<12} {w:8.3f} s", flush=True)
+                faults[name].append(fault_count)
+            label = f"warm-up {round_ + 1}" if warming else f"round {timed_rounds + 1:>2}"
+            print(f"  {label:<10} {name:<12} {w:8.3f} s  {fault_count:>8,} faults", flush=True)
+        round_ += 1
+        timed_rounds += not warming
     memory = (
         {name: peak_memory(fn, args.device) for name, fn in steps.items()} if args.memory else {}
     )
@@ -275,6 +309,8 @@ def bench_train(args: argparse.Namespace) -> dict[str, Any]:
             "peak_bytes": memory.get(name),
             # the first step's time beyond a steady one: compiling (and first-call setup)
             "compile_s": first[name] - med if args.compile else None,
+            # the untimed rounds before: with --warmup auto, until the heap stopped growing
+            "warmup": warm[name],
         }
     return {
         "rows": rows,
@@ -386,7 +422,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--rlt2-interval", type=int, default=4, help="B of the rlt2 variant")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument(
+        "--warmup",
+        type=_warmup,
+        default="auto",
+        help="untimed rounds first: a number, or auto (default): until no variant's step "
+        f"faults in more than {SETTLED_FAULTS} new pages (the heap stopped growing), "
+        f"at least 1 and at most {WARMUP_MAX} rounds",
+    )
     parser.add_argument("--mode", choices=["train", "stream", "both"], default="train")
     parser.add_argument("--positions", default="16,64,256,512", help="decode positions (stream)")
     parser.add_argument("--stream-batch", type=int, default=1)
@@ -437,7 +480,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--native is the eager fused path's loop: drop --compile / --plain")
     if args.compile and args.cuda_graph:
         parser.error("--compile brings its own CUDA graphs; drop --cuda-graph")
-    if args.compile and args.warmup < 1:
+    if args.compile and args.warmup != "auto" and args.warmup < 1:
         parser.error("--compile needs --warmup >= 1 (the first round compiles)")
     _check_args(parser, args)
     return args
@@ -449,7 +492,7 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
-    if args.warmup < 0:
+    if args.warmup != "auto" and args.warmup < 0:
         parser.error(f"--warmup must be >= 0, got {args.warmup}")
     if args.d_model % args.n_heads:
         parser.error(f"--n-heads ({args.n_heads}) must divide --d-model ({args.d_model})")

@@ -164,3 +164,23 @@ def test_stream_only_variants_are_refused_in_train_mode(capsys) -> None:
     with pytest.raises(SystemExit):
         bench.parse_args("--preset small --mode train --variants lstm".split())
     assert "with --mode stream" in capsys.readouterr().err
+
+
+def test_auto_warmup_waits_for_every_variant_to_stop_faulting() -> None:
+    steady, growing = {"minor_faults": 3}, {"minor_faults": bench.SETTLED_FAULTS + 1}
+    assert bench.heap_settled({"rlt0": [growing, steady], "rlt1": [steady]})
+    assert not bench.heap_settled({"rlt0": [steady], "rlt1": [steady, growing]})
+    assert not bench.heap_settled({"rlt0": [], "rlt1": [steady]})
+
+
+def test_auto_warmup_is_recorded_and_a_bad_value_is_refused(tmp_path, capsys) -> None:
+    out = tmp_path / "bench.json"
+    argv = "--preset small --d-model 32 --n-heads 4 --d-ff 48 --split 1+1 --batch 2 --length 8"
+    argv += f" --repeats 2 --threads 1 --mode train --no-memory --variants rlt0,rlt1 --json {out}"
+    bench.main(argv.split())
+    for row in json.loads(out.read_text())["train"]["rows"].values():
+        assert 1 <= len(row["warmup"]) <= bench.WARMUP_MAX
+        assert len(row["warmup"]) == bench.WARMUP_MAX or bench.heap_settled({"x": row["warmup"]})
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--warmup", "soon"])
+    assert "a number of rounds or auto" in capsys.readouterr().err
