@@ -235,6 +235,38 @@ def summary(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+def run_rounds(steps: dict[str, Callable[[], None]], args: argparse.Namespace):
+    """Warm-up rounds (``--warmup``), then ``--repeats`` timed ones, the variants interleaved.
+    Returns per variant: wall and CPU seconds and minor faults of each timed round, the warm-up
+    rounds (wall_s, minor_faults), and the first step's wall time."""
+    wall: dict[str, list[float]] = {name: [] for name in steps}
+    cpu: dict[str, list[float]] = {name: [] for name in steps}
+    faults: dict[str, list[int]] = {name: [] for name in steps}
+    warm: dict[str, list[dict[str, float]]] = {name: [] for name in steps}
+    first: dict[str, float] = {}
+    round_, timed_rounds = 0, 0
+    while timed_rounds < args.repeats:
+        warming = round_ < WARMUP_MAX if args.warmup == "auto" else round_ < args.warmup
+        if warming and args.warmup == "auto" and round_ >= 1 and heap_settled(warm):
+            warming = False
+        for name, fn in steps.items():  # interleaved: load drift hits every variant alike
+            before = minor_faults()
+            w, c = timed(fn, args.device)
+            fault_count = minor_faults() - before
+            first.setdefault(name, w)
+            if warming:
+                warm[name].append({"wall_s": w, "minor_faults": fault_count})
+            else:
+                wall[name].append(w)
+                cpu[name].append(c)
+                faults[name].append(fault_count)
+            label = f"warm-up {round_ + 1}" if warming else f"round {timed_rounds + 1:>2}"
+            print(f"  {label:<10} {name:<12} {w:8.3f} s  {fault_count:>8,} faults", flush=True)
+        round_ += 1
+        timed_rounds += not warming
+    return wall, cpu, faults, warm, first
+
+
 def bench_train(args: argparse.Namespace) -> dict[str, Any]:
     models = build_variants(args)
     generator = torch.Generator().manual_seed(args.seed)
@@ -264,31 +296,7 @@ def bench_train(args: argparse.Namespace) -> dict[str, Any]:
     steps = {name: train_step_fn(m, tokens, args) for name, m in stepped.items()}
     if args.cuda_graph:
         steps = {name: cuda_graphed(fn) for name, fn in steps.items()}
-    wall: dict[str, list[float]] = {name: [] for name in steps}
-    cpu: dict[str, list[float]] = {name: [] for name in steps}
-    faults: dict[str, list[int]] = {name: [] for name in steps}
-    warm: dict[str, list[dict[str, float]]] = {name: [] for name in steps}
-    first: dict[str, float] = {}
-    round_, timed_rounds = 0, 0
-    while timed_rounds < args.repeats:
-        warming = round_ < WARMUP_MAX if args.warmup == "auto" else round_ < args.warmup
-        if warming and args.warmup == "auto" and round_ >= 1 and heap_settled(warm):
-            warming = False
-        for name, fn in steps.items():  # interleaved: load drift hits every variant alike
-            before = minor_faults()
-            w, c = timed(fn, args.device)
-            fault_count = minor_faults() - before
-            first.setdefault(name, w)
-            if warming:
-                warm[name].append({"wall_s": w, "minor_faults": fault_count})
-            else:
-                wall[name].append(w)
-                cpu[name].append(c)
-                faults[name].append(fault_count)
-            label = f"warm-up {round_ + 1}" if warming else f"round {timed_rounds + 1:>2}"
-            print(f"  {label:<10} {name:<12} {w:8.3f} s  {fault_count:>8,} faults", flush=True)
-        round_ += 1
-        timed_rounds += not warming
+    wall, cpu, faults, warm, first = run_rounds(steps, args)
     memory = (
         {name: peak_memory(fn, args.device) for name, fn in steps.items()} if args.memory else {}
     )
