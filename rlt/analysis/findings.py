@@ -19,8 +19,9 @@ margin is 10 points, "exact" is 99%):
   itself (F9, F10's first half) are judged directly. Thresholds: parity 90 (Transformer 84.84),
   swaps-S5 90 (Transformer 89.09), addition 90, flat mod-5 35.36 at 4+4 (Transformer 54.02),
   bracketed mod-5 60.53 at 4+4 (Transformer 63.87), full S5 none (the report's figure is chance);
-- a cell with fewer seeds than its grid expects (at least 3) leaves its clause inconclusive; a
-  cell its budget's grid does not hold is "not run";
+- a cell with fewer seeds than its grid expects (at least 3) leaves its clause inconclusive,
+  before the prerequisite is judged (a cell that has not learned on its first seeds may on the
+  rest); a cell its budget's grid does not hold is "not run";
 - exact(A): reproduced when mean - SD >= 99; not observed when mean + SD < 99;
 - chance(A): reproduced when mean + SD <= chance + 10; not observed when mean - SD > chance + 10;
 - above(A, B): reproduced when A's mean - SD > B's mean + SD and A's mean >= chance + 10; not
@@ -173,10 +174,9 @@ class Finding:
 
 def judge(clause: Clause, a: Stat | None, b: Stat | None, chance: float) -> tuple[str, str]:
     """(verdict, one-line reason) of one clause; chance in percent."""
-    for cell, stat in ((clause.a, a), (clause.b, b)):
-        if cell is not None and (stat is None or stat.n < max(stat.n_expected, MIN_SEEDS)):
-            have, want = (0, MIN_SEEDS) if stat is None else (stat.n, stat.n_expected)
-            return "inconclusive", f"{cell.name()}: {have} of {max(want, MIN_SEEDS)} seeds"
+    short = seed_shortfall(clause, a, b)
+    if short:
+        return "inconclusive", short
     hi, lo = a.mean + a.sd, a.mean - a.sd
     floor = chance + MARGIN
     name = clause.a.name()
@@ -214,6 +214,16 @@ def judge(clause: Clause, a: Stat | None, b: Stat | None, chance: float) -> tupl
             return "not observed", f"{name} more than {MARGIN:g} points below {other}"
         return "inconclusive", f"{name} vs {other}: seeds disagree ({a.seeds()} vs {b.seeds()})"
     raise ValueError(f"unknown clause kind {clause.kind!r}")
+
+
+def seed_shortfall(clause: Clause, a: Stat | None, b: Stat | None) -> str | None:
+    """Which of the clause's cells has fewer seeds than its grid expects (at least
+    MIN_SEEDS), as "<cell>: k of n seeds", or None when every cell has them all."""
+    for cell, stat in ((clause.a, a), (clause.b, b)):
+        if cell is not None and (stat is None or stat.n < max(stat.n_expected, MIN_SEEDS)):
+            have, want = (0, MIN_SEEDS) if stat is None else (stat.n, stat.n_expected)
+            return f"{cell.name()}: {have} of {max(want, MIN_SEEDS)} seeds"
+    return None
 
 
 def seeds_meeting(clause: Clause, a: Stat | None, b: Stat | None, chance: float) -> str:
@@ -387,7 +397,9 @@ def _judge_finding(f: Finding, stat: _Cells) -> tuple[str, str, str, str]:
             continue
         a, b = stat(clause.a), clause.b and stat(clause.b)
         chance = stat.chance.get(clause.a.task, 0.0)
-        why = prerequisite(clause, {x: stat.learned(x) for x in cells})
+        # The prerequisite waits for the grid's seeds: on part of them it would decide early.
+        short = seed_shortfall(clause, a, b)
+        why = None if short else prerequisite(clause, {x: stat.learned(x) for x in cells})
         verdicts.append((NOT_TESTABLE, why) if why else judge(clause, a, b, chance))
         what = f"{clause.kind} {clause.b.column}" if clause.b else clause.kind
         met = f"{clause.a.name()} {what}: {seeds_meeting(clause, a, b, chance)}"

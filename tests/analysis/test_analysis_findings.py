@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import statistics
 
 import pytest
@@ -124,6 +125,20 @@ def test_the_verdict_table_reads_the_tables_numbers(tmp_path):
     per_seed = [100 * val_value("parity", "rlt1", "4+4", s, sel, "acc") for s in SEEDS]
     learned = sum(v >= 90 for v in per_seed)
     assert table.data.loc[2, "seeds"].endswith(f"(learned RLT-1 4+4 {learned}/3)")
+
+
+def test_the_prerequisite_waits_for_the_grids_seeds(tmp_path):
+    """A cell that has not learned on its first seeds may on the rest: with one of parity RLT-1
+    4+4's three seeds not yet run, the clause that is not testable on all three (previous test)
+    is inconclusive and names the seed count, not "not testable" on part of the grid."""
+    root = make_sweep(tmp_path / "synthetic", holes=False)
+    shutil.rmtree(root / "parity" / "rlt1" / "4+4" / f"seed{SEEDS[-1]}")
+    cell = Cell("parity", "RLT-1 4+4", 256)
+    table = verdict_table(
+        collect([root]), (Finding("X3", "learned first", "-", (Clause("exact", cell),)),)
+    )
+    assert table.data.loc[0, "verdict"] == "inconclusive"
+    assert table.data.loc[0, "reason"] == f"RLT-1 4+4 @256: {len(SEEDS) - 1} of {len(SEEDS)} seeds"
 
 
 def test_each_budget_is_judged_on_its_own_runs(tmp_path):
