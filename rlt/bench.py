@@ -307,6 +307,7 @@ def bench_train(args: argparse.Namespace) -> dict[str, Any]:
         rows[name] = {
             "params": sum(p.numel() for p in models[name].parameters()),
             "wall_s": summary(wall[name]),
+            "rounds_s": wall[name],  # each timed round, in order (for the paired ratios)
             # the spread the targets are judged on: slowest over fastest timed round
             "spread": max(wall[name]) / min(wall[name]),
             "cpu_s": summary(cpu[name]),
@@ -328,8 +329,17 @@ def bench_train(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def paired_ratio(a: list[float], b: list[float]) -> float:
+    """The median over rounds of a's step time over b's in the same round. The variants run
+    interleaved, so a host that slows down or speeds up during the run moves both sides of each
+    round's ratio alike, where the ratio of the two medians can pair a fast round with a slow
+    one."""
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
+
+
 def ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
-    """Median step-time ratios (wall clock; ``cpu:`` = process CPU time) and FLOP ratios."""
+    """Median step-time ratios (wall clock; ``cpu:`` = process CPU time; ``paired:`` = the
+    median of the per-round ratios, :func:`paired_ratio`) and FLOP ratios."""
 
     def ratio(a: str, b: str, key: str, field: str = "median") -> float | None:
         if a not in rows or b not in rows:
@@ -350,6 +360,9 @@ def ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
         "cpu:rlt2/rlt0": ratio("rlt2", "rlt0", "cpu_s"),
         "cpu:rlt1/transformer": ratio("rlt1", "transformer", "cpu_s"),
     }
+    for a, b in (("rlt1", "rlt0"), ("rlt2", "rlt0")):
+        if a in rows and b in rows and "rounds_s" in rows[a]:
+            out[f"paired:{a}/{b}"] = paired_ratio(rows[a]["rounds_s"], rows[b]["rounds_s"])
     return {k: v for k, v in out.items() if v is not None}
 
 

@@ -68,7 +68,13 @@ def test_bench_cli_smoke(tmp_path, capsys) -> None:
     printed = capsys.readouterr().out
     assert "ratios:" in printed and "decode@8 ms" in printed
     saved = json.loads(out.read_text())
-    for key in ("rlt1/rlt0", "rlt2/rlt0", "rlt1/transformer", "flops_rlt1/rlt0"):
+    for key in (
+        "rlt1/rlt0",
+        "rlt2/rlt0",
+        "rlt1/transformer",
+        "flops_rlt1/rlt0",
+        "paired:rlt1/rlt0",
+    ):
         assert key in saved["ratios"] and saved["ratios"][key] > 0
     assert set(result["train"]["rows"]) == {"transformer", "rlt0", "rlt1", "rlt2"}
     rows = saved["stream"]["rows"]
@@ -164,6 +170,28 @@ def test_stream_only_variants_are_refused_in_train_mode(capsys) -> None:
     with pytest.raises(SystemExit):
         bench.parse_args("--preset small --mode train --variants lstm".split())
     assert "with --mode stream" in capsys.readouterr().err
+
+
+def test_paired_ratio_takes_each_round_against_its_own_round() -> None:
+    # a host that slows down by half during the run: every round, rlt1 takes 1.1x rlt0
+    rlt0 = [4.0, 4.0, 6.0, 6.0, 6.0]
+    rlt1 = [4.4, 4.4, 6.6, 6.6, 6.6]
+    assert bench.paired_ratio(rlt1, rlt0) == pytest.approx(1.1)
+    # per-round ratios 1.5, 2.0, 1.0: median 1.5, where the medians' ratio is 3 / 3 = 1.0
+    assert bench.paired_ratio([9.0, 2.0, 3.0], [6.0, 1.0, 3.0]) == pytest.approx(1.5)
+    rows = {
+        name: {
+            "wall_s": bench.summary(r),
+            "cpu_s": bench.summary(r),
+            "rounds_s": r,
+            "flops": 1,
+            "peak_bytes": None,
+        }
+        for name, r in (("rlt0", rlt0), ("rlt1", rlt1))
+    }
+    assert bench.ratios(rows)["paired:rlt1/rlt0"] == pytest.approx(1.1)
+    with pytest.raises(ValueError):  # rounds of two lengths cannot be paired
+        bench.paired_ratio([1.0, 2.0], [1.0])
 
 
 def test_auto_warmup_waits_for_every_variant_to_stop_faulting() -> None:

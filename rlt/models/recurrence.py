@@ -18,8 +18,9 @@ B anchored at 0, TBPTT cuts of s and the SWA caches); tests/models/test_model_fu
 outputs and every gradient against that plain autograd path.
 
 Layouts: per-position activations are time-major ``(T, N, ...)``, so a chunk is one
-contiguous slice; attention operands follow ``TimeMajor`` or ``HeadMajor`` (chosen by head
-dim for the window, always ``HeadMajor`` for the memory), see rlt/models/layouts.py.
+contiguous slice; attention operands follow ``TimeMajor`` or ``SlotMajor`` (chosen by head
+dim for the window; both keep the window cache slot-major) and ``SlotMajor`` for the memory
+(stored slot-major too), see rlt/models/layouts.py.
 
 Legend of the short names (buffers the forward saves for the backward live on ``sv``):
 
@@ -49,7 +50,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from rlt.models.blocks import BlockWeights, causal_mask, complex_dtype, window_mask
-from rlt.models.layouts import HeadMajor, TimeMajor, layout_for
+from rlt.models.layouts import SlotMajor, TimeMajor, layout_for
 from rlt.models.merge import MergeWeights
 
 LAYER_WEIGHTS = len(BlockWeights._fields)  # tensors per decoder block (DecoderBlock.fused_weights)
@@ -341,13 +342,14 @@ def _backward_buffers(
 
 def _weight_grads(mops, sv: _Saved, g, layers, mem_k, mem_v, h: int, scale: float):
     """Batched weight and memory gradients: every weight as one (T*N)-deep matmul, the memory
-    K/V as one batched matmul per layer. Returns (per-block grads, dL/d mem_k, dL/d mem_v)."""
+    K/V as one batched matmul per layer. Returns (per-block grads, dL/d mem_k, dL/d mem_v), the
+    memory's gradients laid out as the caller's memory, (N, H, T, Dh)."""
     gx, gx1, gx2, gqkv, _, _, gqc, g13, gh, ga2, ds2, _, _, _ = g
     t_len, n, d = sv.out.shape
     f, dh, flat = g13.shape[-1] // 2, d // h, (t_len * n, -1)
     layer_grads = []
-    g_mem_k = None if mem_k is None else torch.zeros_like(mem_k)
-    g_mem_v = None if mem_v is None else torch.zeros_like(mem_v)
+    g_mem_k = None if mem_k is None else mops.grad_buffer(mem_k)  # (N, H, T, Dh)
+    g_mem_v = None if mem_v is None else mops.grad_buffer(mem_v)
     for li, lw in enumerate(layers):
         norms = (lw.attn_norm, lw.cross_norm, lw.ffn_norm)
         normed = [(sv.XH[li, i] * w).view(flat) for i, w in enumerate(norms)]
@@ -510,8 +512,10 @@ class _FusedRecurrence(torch.autograd.Function):
         layers = blocks_from_flat(layer_weights)
         tables = rope_tables(freqs, t_len, d // spec.n_heads, e)
         ops = layout_for(d // spec.n_heads)
+        # the memory slot-major (T, N, H, Dh), read as (N, H, b, Dh) prefixes (SlotMajor)
+        mem_k, mem_v = (None if m is None else SlotMajor.store(m) for m in (mem_k, mem_v))
         sv = _forward(
-            spec, ops, HeadMajor, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers, native
+            spec, ops, SlotMajor, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers, native
         )
         ctx.ops, ctx.native = ops, native
         ctx.spec, ctx.sv = spec, sv
@@ -526,7 +530,7 @@ class _FusedRecurrence(torch.autograd.Function):
         grads = _backward(
             ctx.spec,
             ctx.ops,
-            HeadMajor,
+            SlotMajor,
             ctx.sv,
             grad_out,
             (e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers),
@@ -571,7 +575,7 @@ def fused_decode(inputs: DecodeInputs, native: bool = False) -> Tensor:
         rope,
         e.transpose(0, 1).contiguous(),  # (T, N, d)
         ge.transpose(0, 1).contiguous(),
-        mem_k,  # (N, H, T, Dh)
+        mem_k,  # (N, H, T, Dh); stored slot-major inside
         mem_v,
         s0.contiguous(),
         *merge_weights,

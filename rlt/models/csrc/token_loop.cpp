@@ -23,7 +23,7 @@ using std::vector;
 struct Loop {
   int64_t n, d, h, dh, f, wm1, interval, n_layers;
   double alpha;
-  bool time_major;  // the window's layout: TimeMajor (small Dh) or HeadMajor
+  bool time_major;  // the window's layout: TimeMajor (small Dh) or SlotMajor
 };
 
 const double NEG_INF = -std::numeric_limits<double>::infinity();
@@ -87,21 +87,26 @@ optional<Tensor> causal_mask(int64_t queries, int64_t keys, const Tensor& like) 
 }
 
 
-// ---- the window's layouts (recurrence.TimeMajor / HeadMajor); the memory is HeadMajor ----
+// ---- the window's layouts (layouts.TimeMajor / SlotMajor); the memory is SlotMajor ----
+// Both store keys and values slot-major, (slots, N, H, Dh); SlotMajor reads them as (N, H, L, Dh).
 
 Tensor keys(bool tm, const Tensor& buffer, int64_t start, int64_t length) {
-  return tm ? buffer.narrow(0, start, length) : buffer.narrow(2, start, length);
+  auto slots = buffer.narrow(0, start, length);
+  return tm ? slots : slots.permute({1, 2, 0, 3});
 }
 
 void put(bool tm, const Tensor& buffer, int64_t start, const Tensor& x) {
-  if (tm)
-    buffer.narrow(0, start, x.size(0)).copy_(x);
-  else
-    buffer.narrow(2, start, x.size(0)).copy_(x.permute({1, 2, 0, 3}));
+  buffer.narrow(0, start, x.size(0)).copy_(x);
 }
 
 Tensor own(bool tm, const Tensor& buffer, int64_t start, int64_t c) {
-  return tm ? buffer.narrow(0, start, c) : buffer.narrow(2, start, c).permute({2, 0, 1, 3});
+  return buffer.narrow(0, start, c);
+}
+
+// layouts.SlotMajor.p2: rows a..a+c-1 of a memory-probability buffer (T, N, H, T), b keys,
+// as (N, H, c, b)
+Tensor p2_rows(const Tensor& buffer, int64_t a, int64_t c, int64_t b) {
+  return buffer.narrow(0, a, c).narrow(3, 0, b).permute({1, 2, 0, 3});
 }
 
 Tensor attend(bool tm, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -221,8 +226,8 @@ vector<Tensor> forward_loop(
       normalize(x_1, eps, xh[1], inv[1]);
       mm_into(qc.view({c * n, d}), xh[1].view({c * n, d}), p[2]);
       auto a2 = A2[li].narrow(0, a, c).view({c, n, h, dh});
-      auto pm = attend(false, qc, mem_k.narrow(2, 0, b), mem_v.narrow(2, 0, b), mem_mask, a2);
-      P2[li].narrow(2, a, c).narrow(3, 0, b).copy_(pm);
+      auto pm = attend(false, qc, keys(false, mem_k, 0, b), keys(false, mem_v, 0, b), mem_mask, a2);
+      p2_rows(P2[li], a, c, b).copy_(pm);
       addmm_into(x_2.view({c * n, d}), x_1.view({c * n, d}), a2.view({c * n, d}), p[3]);
       // -- SwiGLU
       auto z13 = Z13[li].narrow(0, a, c).view({c * n, 2 * f});
@@ -283,10 +288,11 @@ Tensor backward_loop(
       // -- memory cross-attention
       auto da2 = ga2[li].narrow(0, a, c).view({c, n, h, dh});
       mm_into(da2.view({c * n, d}), g_2.view({c * n, d}), w_co);
-      auto p2 = P2[li].narrow(2, a, c).narrow(3, 0, b);
+      auto p2 = p2_rows(P2[li], a, c, b);
       auto gq = gqc[li].narrow(0, a, c).view({c, n, h, dh});
-      auto dsc2 = attend_backward(false, p2, da2, mem_k.narrow(2, 0, b), mem_v.narrow(2, 0, b), gq);
-      ds2[li].narrow(2, a, c).narrow(3, 0, b).copy_(dsc2);
+      auto dsc2 =
+          attend_backward(false, p2, da2, keys(false, mem_k, 0, b), keys(false, mem_v, 0, b), gq);
+      p2_rows(ds2[li], a, c, b).copy_(dsc2);
       auto dh1 = mm_into(ghc[1].view({c * n, d}), gq.view({c * n, d}), w_q_scaled[li]);
       rms_backward(dh1.view({c, n, d}), w_cn, xh[1], inv[1], g_2, g_1);
       // -- sliding-window self-attention
