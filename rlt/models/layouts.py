@@ -1,8 +1,8 @@
 """Attention layouts of the fused recurrence (rlt/models/recurrence.py): the same operations on
 keys, values and probabilities laid out time-major (``TimeMajor``: elementwise products, fast
-at small head dims) or with heads leading (``SlotMajor``: batched matmuls, fast from
-``MATMUL_HEAD_DIM`` on, over keys and values stored slot-major). The forward and backward
-token loops call them without knowing which is in use.
+at small head dims) or with heads leading (``HeadMajor`` / ``SlotMajor``: batched matmuls,
+fast from ``MATMUL_HEAD_DIM`` on; ``SlotMajor`` stores keys and values slot-major). The forward
+and backward token loops call them without knowing which is in use.
 """
 
 from __future__ import annotations
@@ -63,56 +63,38 @@ class TimeMajor:
         return buffer[slots]  # (c, N, H, Dh)
 
 
-class SlotMajor:
-    """Attention with heads leading: keys/values read as (N, H, L, Dh) views of a cache stored
-    slot-major, (slots, N, H, Dh); probabilities (N, H, c, L), the memory's stored query-major.
-
-    For large head dims, where N*H BLAS matrix products beat elementwise products; and for the
-    memory at every head dim. Why slot-major storage (it was head-major, (N, H, slots, Dh),
-    until issue 42; the matmuls and so the numbers are the same bit for bit): head-major puts
-    each (N, H) row's window in a 2-4 KB piece of its own, N*H pieces a page or more apart,
-    which each token's window matmuls and gradient accumulations read after the decoder's
-    weights have pushed them out of the cache. At the report's width (N*H = 256, Dh = 128) a
-    cold window matmul took 288 us head-major and 101 us slot-major, a cold memory matmul over
-    10 keys 215 against 100 us (measured on the bench host). Slot-major, a window or a memory
-    prefix is one contiguous block, a token's keys are written with one contiguous copy and
-    read back (``own``) without a permute.
-    """
-
-    @staticmethod
-    def kv_buffer(n_layers: int, slots: int, n: int, h: int, dh: int, like: Tensor) -> Tensor:
-        return like.new_zeros(n_layers, slots, n, h, dh)
-
-    @staticmethod
-    def put(buffer: Tensor, slots: slice, x: Tensor) -> None:
-        buffer[slots] = x  # x (c, N, H, Dh)
-
-    @staticmethod
-    def keys(buffer: Tensor, slots: slice) -> Tensor:
-        return buffer[slots].permute(1, 2, 0, 3)  # (N, H, L, Dh)
-
-    @staticmethod
-    def own(buffer: Tensor, slots: slice) -> Tensor:
-        return buffer[slots]  # (c, N, H, Dh)
+class HeadMajor:
+    """Attention with heads leading, keys/values read as (N, H, L, Dh), probabilities
+    (N, H, c, L), over the memory stored head-major as the encoder gives it, (N, H, T, Dh), and
+    its probabilities as (N, H, T, T). The memory's layout at small head dims (the window's is
+    ``TimeMajor`` there): over a prefix of up to T keys, BLAS wins even at Dh=16, and at these
+    sizes one fewer copy a step beats a contiguous prefix (``SlotMajor``)."""
 
     @staticmethod
     def store(memory: Tensor) -> Tensor:
-        """The encoder's memory keys or values (N, H, T, Dh), stored slot-major (T, N, H, Dh)."""
-        return memory.permute(2, 0, 1, 3).contiguous()
+        return memory  # (N, H, T, Dh)
 
     @staticmethod
     def grad_buffer(stored: Tensor) -> Tensor:
         """Zeros for the gradient of a stored memory, laid out as the caller's (N, H, T, Dh)."""
-        return stored.new_zeros(stored.permute(1, 2, 0, 3).shape)
+        return torch.zeros_like(stored)
+
+    @staticmethod
+    def keys(buffer: Tensor, slots: slice) -> Tensor:
+        return buffer[:, :, slots]  # (N, H, L, Dh)
 
     @staticmethod
     def p2_buffer(n_layers: int, t_len: int, n: int, h: int, like: Tensor) -> Tensor:
-        """Memory probabilities (or their score gradients), query-major: (L, T, N, H, T)."""
-        return like.new_zeros(n_layers, t_len, n, h, t_len)
+        return like.new_zeros(n_layers, n, h, t_len, t_len)
 
     @staticmethod
     def p2(buffer: Tensor, rows: slice, keys: int) -> Tensor:
-        return buffer[rows, :, :, :keys].permute(1, 2, 0, 3)  # (N, H, c, b)
+        return buffer[:, :, rows, :keys]  # (N, H, c, b)
+
+    @staticmethod
+    def memory_grad(p2: Tensor, x: Tensor) -> Tensor:
+        """p2^T x: (N, H, T, T), (T, N, H, Dh) -> (N, H, T, Dh)."""
+        return p2.transpose(-1, -2) @ x.permute(1, 2, 0, 3)
 
     @staticmethod
     def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, out: Tensor) -> Tensor:
@@ -140,6 +122,57 @@ class SlotMajor:
         else:
             acc += w @ x
 
+
+class SlotMajor(HeadMajor):
+    """``HeadMajor``'s matmuls (the same products, so the same numbers bit for bit) over keys
+    and values stored slot-major, (slots, N, H, Dh), read as (N, H, L, Dh) views, and memory
+    probabilities stored query-major, (T, N, H, T): the window and the memory from
+    ``MATMUL_HEAD_DIM`` on.
+
+    Why (the window was stored head-major, (N, H, slots, Dh), until issue 42): head-major puts
+    each (N, H) row's window in a 2-4 KB piece of its own, N*H pieces a page or more apart,
+    which each token's window matmuls and gradient accumulations read after the decoder's
+    weights have pushed them out of the cache. At the report's width (N*H = 256, Dh = 128) a
+    cold window matmul took 288 us head-major and 101 us slot-major, a cold memory matmul over
+    10 keys 215 against 100 us (measured on the bench host). Slot-major, a window or a memory
+    prefix is one contiguous block, a token's keys are written with one contiguous copy and
+    read back (``own``) without a permute. At small head dims the same change cost the laptop
+    shape ~4 % (more, smaller copies), so there the memory stays ``HeadMajor``.
+    """
+
+    @staticmethod
+    def kv_buffer(n_layers: int, slots: int, n: int, h: int, dh: int, like: Tensor) -> Tensor:
+        return like.new_zeros(n_layers, slots, n, h, dh)
+
+    @staticmethod
+    def put(buffer: Tensor, slots: slice, x: Tensor) -> None:
+        buffer[slots] = x  # x (c, N, H, Dh)
+
+    @staticmethod
+    def keys(buffer: Tensor, slots: slice) -> Tensor:
+        return buffer[slots].permute(1, 2, 0, 3)  # (N, H, L, Dh)
+
+    @staticmethod
+    def own(buffer: Tensor, slots: slice) -> Tensor:
+        return buffer[slots]  # (c, N, H, Dh)
+
+    @staticmethod
+    def store(memory: Tensor) -> Tensor:
+        """The encoder's memory keys or values (N, H, T, Dh), stored slot-major (T, N, H, Dh)."""
+        return memory.permute(2, 0, 1, 3).contiguous()
+
+    @staticmethod
+    def grad_buffer(stored: Tensor) -> Tensor:
+        return stored.new_zeros(stored.permute(1, 2, 0, 3).shape)
+
+    @staticmethod
+    def p2_buffer(n_layers: int, t_len: int, n: int, h: int, like: Tensor) -> Tensor:
+        return like.new_zeros(n_layers, t_len, n, h, t_len)
+
+    @staticmethod
+    def p2(buffer: Tensor, rows: slice, keys: int) -> Tensor:
+        return buffer[rows, :, :, :keys].permute(1, 2, 0, 3)  # (N, H, c, b)
+
     @staticmethod
     def memory_grad(p2: Tensor, x: Tensor) -> Tensor:
         """p2^T x: (T, N, H, T) as ``p2_buffer`` stores it, (T, N, H, Dh) -> (N, H, T, Dh)."""
@@ -147,10 +180,16 @@ class SlotMajor:
 
 
 # The sliding window uses TimeMajor below this head dim and SlotMajor from it on (measured on
-# the bench machine: about 2x either way at Dh=16 and Dh=128). The memory attention always
-# uses SlotMajor: over a prefix of up to T keys, BLAS wins even at Dh=16.
+# the bench machine: about 2x either way at Dh=16 and Dh=128); the memory HeadMajor below it
+# and SlotMajor from it on (memory_layout_for).
 MATMUL_HEAD_DIM = 64
 
 
 def layout_for(head_dim: int) -> type[TimeMajor] | type[SlotMajor]:
     return SlotMajor if head_dim >= MATMUL_HEAD_DIM else TimeMajor
+
+
+def memory_layout_for(head_dim: int) -> type[HeadMajor]:
+    """The memory's layout: slot-major exactly where the window is (token_loop.cpp relies on
+    it: its one flag, ``time_major``, chooses both)."""
+    return SlotMajor if layout_for(head_dim) is SlotMajor else HeadMajor

@@ -18,9 +18,9 @@ B anchored at 0, TBPTT cuts of s and the SWA caches); tests/models/test_model_fu
 outputs and every gradient against that plain autograd path.
 
 Layouts: per-position activations are time-major ``(T, N, ...)``, so a chunk is one
-contiguous slice; attention operands follow ``TimeMajor`` or ``SlotMajor`` (chosen by head
-dim for the window; both keep the window cache slot-major) and ``SlotMajor`` for the memory
-(stored slot-major too), see rlt/models/layouts.py.
+contiguous slice; attention operands follow ``TimeMajor`` or ``SlotMajor`` for the window and
+``HeadMajor`` or ``SlotMajor`` for the memory, both chosen by head dim (the window cache is
+slot-major in both, the memory slot-major with ``SlotMajor``), see rlt/models/layouts.py.
 
 Legend of the short names (buffers the forward saves for the backward live on ``sv``):
 
@@ -50,7 +50,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from rlt.models.blocks import BlockWeights, causal_mask, complex_dtype, window_mask
-from rlt.models.layouts import SlotMajor, TimeMajor, layout_for
+from rlt.models.layouts import TimeMajor, layout_for, memory_layout_for
 from rlt.models.merge import MergeWeights
 
 LAYER_WEIGHTS = len(BlockWeights._fields)  # tensors per decoder block (DecoderBlock.fused_weights)
@@ -511,13 +511,10 @@ class _FusedRecurrence(torch.autograd.Function):
         t_len, _, d = e.shape
         layers = blocks_from_flat(layer_weights)
         tables = rope_tables(freqs, t_len, d // spec.n_heads, e)
-        ops = layout_for(d // spec.n_heads)
-        # the memory slot-major (T, N, H, Dh), read as (N, H, b, Dh) prefixes (SlotMajor)
-        mem_k, mem_v = (None if m is None else SlotMajor.store(m) for m in (mem_k, mem_v))
-        sv = _forward(
-            spec, ops, SlotMajor, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers, native
-        )
-        ctx.ops, ctx.native = ops, native
+        ops, mops = layout_for(d // spec.n_heads), memory_layout_for(d // spec.n_heads)
+        mem_k, mem_v = (None if m is None else mops.store(m) for m in (mem_k, mem_v))
+        sv = _forward(spec, ops, mops, tables, e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers, native)
+        ctx.ops, ctx.mops, ctx.native = ops, mops, native
         ctx.spec, ctx.sv = spec, sv
         ctx.save_for_backward(e, ge, mem_k, mem_v, s0, w_sn, w_sp, *layer_weights)
         return sv.out.transpose(0, 1)  # (N, T, d)
@@ -530,7 +527,7 @@ class _FusedRecurrence(torch.autograd.Function):
         grads = _backward(
             ctx.spec,
             ctx.ops,
-            SlotMajor,
+            ctx.mops,
             ctx.sv,
             grad_out,
             (e, ge, mem_k, mem_v, s0, w_sn, w_sp, layers),
@@ -575,7 +572,7 @@ def fused_decode(inputs: DecodeInputs, native: bool = False) -> Tensor:
         rope,
         e.transpose(0, 1).contiguous(),  # (T, N, d)
         ge.transpose(0, 1).contiguous(),
-        mem_k,  # (N, H, T, Dh); stored slot-major inside
+        mem_k,  # (N, H, T, Dh); stored as memory_layout_for says inside
         mem_v,
         s0.contiguous(),
         *merge_weights,

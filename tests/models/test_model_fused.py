@@ -138,3 +138,23 @@ def test_fused_training_step_has_no_host_sync(loop, tokens) -> None:
     with _SyncDetector() as detector:
         model(tokens).sum().backward()
     assert detector.seen == []
+
+
+@pytest.mark.parametrize("fields", [dict(feedback_interval=1, tbptt=5), dict(feedback_interval=4)])
+def test_memory_layouts_give_the_same_numbers_bit_for_bit(fields, tokens, monkeypatch) -> None:
+    """The memory stored head-major (HeadMajor) or slot-major with query-major probabilities
+    (SlotMajor, issue 42) feeds the same matmuls the same values: float32 outputs and every
+    gradient equal bit for bit (the Python loop, which takes either; the C++ loop ties the
+    memory's layout to the window's)."""
+    import rlt.models.recurrence as recurrence
+
+    runs = []
+    for memory_layout in (layouts.HeadMajor, layouts.SlotMajor):
+        monkeypatch.setattr(recurrence, "memory_layout_for", lambda _dh, m=memory_layout: m)
+        model = make_rlt("1+2", d_model=64, n_heads=1, **fields)  # Dh=64: the matmul window
+        runs.append(outputs_and_grads(model, tokens, fused=True))
+    (head_out, head_grads), (slot_out, slot_grads) = runs
+    assert torch.equal(head_out, slot_out)
+    assert head_grads.keys() == slot_grads.keys()
+    for name, grad in head_grads.items():
+        assert torch.equal(slot_grads[name], grad), name

@@ -23,7 +23,7 @@ using std::vector;
 struct Loop {
   int64_t n, d, h, dh, f, wm1, interval, n_layers;
   double alpha;
-  bool time_major;  // the window's layout: TimeMajor (small Dh) or SlotMajor
+  bool time_major;  // the window TimeMajor and the memory HeadMajor (small Dh), else both SlotMajor
 };
 
 const double NEG_INF = -std::numeric_limits<double>::infinity();
@@ -87,7 +87,7 @@ optional<Tensor> causal_mask(int64_t queries, int64_t keys, const Tensor& like) 
 }
 
 
-// ---- the window's layouts (layouts.TimeMajor / SlotMajor); the memory is SlotMajor ----
+// ---- the window's layouts (layouts.TimeMajor / SlotMajor) ----
 // Both store keys and values slot-major, (slots, N, H, Dh); SlotMajor reads them as (N, H, L, Dh).
 
 Tensor keys(bool tm, const Tensor& buffer, int64_t start, int64_t length) {
@@ -103,10 +103,19 @@ Tensor own(bool tm, const Tensor& buffer, int64_t start, int64_t c) {
   return buffer.narrow(0, start, c);
 }
 
-// layouts.SlotMajor.p2: rows a..a+c-1 of a memory-probability buffer (T, N, H, T), b keys,
-// as (N, H, c, b)
-Tensor p2_rows(const Tensor& buffer, int64_t a, int64_t c, int64_t b) {
-  return buffer.narrow(0, a, c).narrow(3, 0, b).permute({1, 2, 0, 3});
+// ---- the memory's layouts: layouts.HeadMajor with the TimeMajor window (tm), else SlotMajor ----
+
+// keys or values of the memory prefix 0..b-1 as (N, H, b, Dh), from (N, H, T, Dh) (tm) or
+// slot-major (T, N, H, Dh)
+Tensor memory_keys(bool tm, const Tensor& memory, int64_t b) {
+  return tm ? memory.narrow(2, 0, b) : memory.narrow(0, 0, b).permute({1, 2, 0, 3});
+}
+
+// p2: rows a..a+c-1, b keys, of a memory-probability buffer (N, H, T, T) (tm) or query-major
+// (T, N, H, T), as (N, H, c, b)
+Tensor p2_rows(bool tm, const Tensor& buffer, int64_t a, int64_t c, int64_t b) {
+  return tm ? buffer.narrow(2, a, c).narrow(3, 0, b)
+            : buffer.narrow(0, a, c).narrow(3, 0, b).permute({1, 2, 0, 3});
 }
 
 Tensor attend(bool tm, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -226,8 +235,9 @@ vector<Tensor> forward_loop(
       normalize(x_1, eps, xh[1], inv[1]);
       mm_into(qc.view({c * n, d}), xh[1].view({c * n, d}), p[2]);
       auto a2 = A2[li].narrow(0, a, c).view({c, n, h, dh});
-      auto pm = attend(false, qc, keys(false, mem_k, 0, b), keys(false, mem_v, 0, b), mem_mask, a2);
-      p2_rows(P2[li], a, c, b).copy_(pm);
+      auto pm = attend(false, qc, memory_keys(s.time_major, mem_k, b),
+                       memory_keys(s.time_major, mem_v, b), mem_mask, a2);
+      p2_rows(s.time_major, P2[li], a, c, b).copy_(pm);
       addmm_into(x_2.view({c * n, d}), x_1.view({c * n, d}), a2.view({c * n, d}), p[3]);
       // -- SwiGLU
       auto z13 = Z13[li].narrow(0, a, c).view({c * n, 2 * f});
@@ -288,11 +298,11 @@ Tensor backward_loop(
       // -- memory cross-attention
       auto da2 = ga2[li].narrow(0, a, c).view({c, n, h, dh});
       mm_into(da2.view({c * n, d}), g_2.view({c * n, d}), w_co);
-      auto p2 = p2_rows(P2[li], a, c, b);
+      auto p2 = p2_rows(tm, P2[li], a, c, b);
       auto gq = gqc[li].narrow(0, a, c).view({c, n, h, dh});
       auto dsc2 =
-          attend_backward(false, p2, da2, keys(false, mem_k, 0, b), keys(false, mem_v, 0, b), gq);
-      p2_rows(ds2[li], a, c, b).copy_(dsc2);
+          attend_backward(false, p2, da2, memory_keys(tm, mem_k, b), memory_keys(tm, mem_v, b), gq);
+      p2_rows(tm, ds2[li], a, c, b).copy_(dsc2);
       auto dh1 = mm_into(ghc[1].view({c * n, d}), gq.view({c * n, d}), w_q_scaled[li]);
       rms_backward(dh1.view({c, n, d}), w_cn, xh[1], inv[1], g_2, g_1);
       // -- sliding-window self-attention
