@@ -11,13 +11,9 @@ import torch
 from torch import Tensor
 
 
-class TimeMajor:
-    """Attention with time leading: keys/values (L, N, H, Dh), probabilities (c, L, N, H).
-
-    For small head dims: N*H tiny matrix products would cost more in BLAS call overhead
-    than these elementwise products and sums over contiguous rows (and softmax over a short
-    last dim is slow on CPU; here it runs over the leading dim).
-    """
+class SlotStore:
+    """A window cache stored slot-major, (layers, slots, N, H, Dh): one contiguous block per
+    window; both window layouts keep it so (``keys`` is each layout's own view of it)."""
 
     @staticmethod
     def kv_buffer(n_layers: int, slots: int, n: int, h: int, dh: int, like: Tensor) -> Tensor:
@@ -26,6 +22,19 @@ class TimeMajor:
     @staticmethod
     def put(buffer: Tensor, slots: slice, x: Tensor) -> None:
         buffer[slots] = x  # x (c, N, H, Dh)
+
+    @staticmethod
+    def own(buffer: Tensor, slots: slice) -> Tensor:
+        return buffer[slots]  # (c, N, H, Dh)
+
+
+class TimeMajor(SlotStore):
+    """Attention with time leading: keys/values (L, N, H, Dh), probabilities (c, L, N, H).
+
+    For small head dims: N*H tiny matrix products would cost more in BLAS call overhead
+    than these elementwise products and sums over contiguous rows (and softmax over a short
+    last dim is slow on CPU; here it runs over the leading dim).
+    """
 
     @staticmethod
     def keys(buffer: Tensor, slots: slice) -> Tensor:
@@ -57,10 +66,6 @@ class TimeMajor:
             acc.addcmul_(weights[0, first:, ..., None], x[0])
         else:
             acc += (weights[:, first:, ..., None] * x[:, None]).sum(0)
-
-    @staticmethod
-    def own(buffer: Tensor, slots: slice) -> Tensor:
-        return buffer[slots]  # (c, N, H, Dh)
 
 
 class HeadMajor:
@@ -123,7 +128,7 @@ class HeadMajor:
             acc += w @ x
 
 
-class SlotMajor(HeadMajor):
+class SlotMajor(SlotStore, HeadMajor):
     """``HeadMajor``'s matmuls (the same products, so the same numbers bit for bit) over keys
     and values stored slot-major, (slots, N, H, Dh), read as (N, H, L, Dh) views, and memory
     probabilities stored query-major, (T, N, H, T): the window and the memory from
@@ -141,20 +146,8 @@ class SlotMajor(HeadMajor):
     """
 
     @staticmethod
-    def kv_buffer(n_layers: int, slots: int, n: int, h: int, dh: int, like: Tensor) -> Tensor:
-        return like.new_zeros(n_layers, slots, n, h, dh)
-
-    @staticmethod
-    def put(buffer: Tensor, slots: slice, x: Tensor) -> None:
-        buffer[slots] = x  # x (c, N, H, Dh)
-
-    @staticmethod
     def keys(buffer: Tensor, slots: slice) -> Tensor:
         return buffer[slots].permute(1, 2, 0, 3)  # (N, H, L, Dh)
-
-    @staticmethod
-    def own(buffer: Tensor, slots: slice) -> Tensor:
-        return buffer[slots]  # (c, N, H, Dh)
 
     @staticmethod
     def store(memory: Tensor) -> Tensor:

@@ -95,11 +95,11 @@ Tensor keys(bool tm, const Tensor& buffer, int64_t start, int64_t length) {
   return tm ? slots : slots.permute({1, 2, 0, 3});
 }
 
-void put(bool tm, const Tensor& buffer, int64_t start, const Tensor& x) {
+void put(const Tensor& buffer, int64_t start, const Tensor& x) {
   buffer.narrow(0, start, x.size(0)).copy_(x);
 }
 
-Tensor own(bool tm, const Tensor& buffer, int64_t start, int64_t c) {
+Tensor own(const Tensor& buffer, int64_t start, int64_t c) {
   return buffer.narrow(0, start, c);
 }
 
@@ -223,8 +223,8 @@ vector<Tensor> forward_loop(
       normalize(x, eps, xh[0], inv[0]);
       mm_into(qkv.view({c * n, 3 * d}), xh[0].view({c * n, d}), p[0]);
       rotate(qkv.narrow(2, 0, 2), rot);
-      put(s.time_major, K[li], a + wm1, qkv.select(2, 1));
-      put(s.time_major, V[li], a + wm1, qkv.select(2, 2));
+      put(K[li], a + wm1, qkv.select(2, 1));
+      put(V[li], a + wm1, qkv.select(2, 2));
       auto a1 = A1[li].narrow(0, a, c).view({c, n, h, dh});
       p1[li * n_chunks + ci] =
           attend(s.time_major, qkv.select(2, 0), keys(s.time_major, K[li], a, c + wm1),
@@ -314,8 +314,8 @@ Tensor backward_loop(
       auto q = QKV[li].narrow(0, a, c).select(2, 0);
       accumulate(tm, keys(tm, gk[li], lo, b + wm1 - lo), dsc1, lo - a, q);
       accumulate(tm, keys(tm, gv[li], lo, b + wm1 - lo), p, lo - a, da1);
-      g_own.select(2, 1).copy_(own(tm, gk[li], a + wm1, c));  // complete: later windows done
-      g_own.select(2, 2).copy_(own(tm, gv[li], a + wm1, c));
+      g_own.select(2, 1).copy_(own(gk[li], a + wm1, c));  // complete: later windows done
+      g_own.select(2, 2).copy_(own(gv[li], a + wm1, c));
       rotate(g_own.narrow(2, 0, 2), inverse_rotations.narrow(0, a, c));
       auto dh0 = mm_into(ghc[0].view({c * n, d}), g_own.view({c * n, 3 * d}), w_qkv);
       rms_backward(dh0.view({c, n, d}), w_an, xh[0], inv[0], g_1, gx[li].narrow(0, a, c));
