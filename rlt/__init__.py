@@ -8,6 +8,6 @@ __version__ = "0.1.0"
 # Freed memory stays in the process instead of being faulted in again every training step
 # (rlt/allocator.py; RLT_MALLOC=off switches it off).
 keep_freed_memory()
-# One CPU code path on every x86-64 host with AVX2 (rlt/portable.py; RLT_PORTABLE=0 switches it
+# One CPU code path on every x86-64 host with AVX2 (rlt/portable/; RLT_PORTABLE=0 switches it
 # off); before torch runs.
 portable.pin()

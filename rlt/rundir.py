@@ -10,7 +10,8 @@ split for the RLT family, ``L<n>`` for depth-only baselines) unless Hydra's ``hy
     config.yaml         the resolved config (the identity a rerun is checked against)
     status.json         state (RUN_STATES), step, max_steps, best_val_acc, error, traceback,
                         slurm (job id, queue id, restart count, node) inside a SLURM job,
-                        portable (the CPU arithmetic it started in, rlt/portable.py)
+                        portable and mkl_cbwr (the CPU arithmetic it started in,
+                        rlt/portable/)
     results.json        everything analysis needs (README "results.json")
     results.replaced.json  the results a force=true retrain replaces (moved aside at its start)
     eval_<policy>.json  test rows eval.py scored later from checkpoints/<policy>.pt, and
@@ -238,7 +239,8 @@ def scored_stamp(run_dir: str | Path, policy: str, step: int) -> dict[str, Any]:
         "step": int(step),
         "config_hash": config_hash(run_dir),
         "checkpoint": {"file": f"{CKPT_DIR}/{policy}.pt", "sha256": file_sha256(ckpt)},
-        "portable": portable.active(),  # the arithmetic it was scored in (rlt/portable.py)
+        "portable": portable.active(),  # the arithmetic it was scored in (rlt/portable/)
+        "mkl_cbwr": portable.mkl_cbwr(),
     }
 
 

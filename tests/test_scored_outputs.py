@@ -240,7 +240,7 @@ def test_a_part_the_family_lacks_is_refused_before_scoring(run_dir, capsys):
 def test_scoring_in_another_arithmetic_is_said_and_starts_the_file_anew(
     run_dir, capsys, monkeypatch
 ):
-    """A run scored in another CPU arithmetic than it was trained in (rlt/portable.py) gets a
+    """A run scored in another CPU arithmetic than it was trained in (rlt/portable/) gets a
     note naming RLT_PORTABLE; the file records the arithmetic, and rows of the two arithmetics
     are never merged into one file."""
     from rlt import portable

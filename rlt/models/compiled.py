@@ -191,7 +191,7 @@ def compiler_available(device: torch.device | str) -> tuple[bool, str]:
 
 def host_vector_width_for_inductor() -> None:
     """Let inductor's C++ code use the host's widest vector ISA even where portable arithmetic
-    (rlt/portable.py) sets ``ATEN_CPU_CAPABILITY=avx2``: inductor reads that variable too, and
+    (rlt/portable/) sets ``ATEN_CPU_CAPABILITY=avx2``: inductor reads that variable too, and
     its AVX2 code for this model gives NaN with torch 2.13 on an AVX-512 host
     (tests/models/test_model_compiled.py). So compiled CPU code (``trainer.compile=on``, not the
     default on CPU) keeps the host's own arithmetic; portable arithmetic covers the eager path

@@ -85,7 +85,9 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
             fresh = {} if continuing else {"stops": []}
             rundir.write_status(run_dir, "running", retrain=True, **fresh)
         if not resuming:  # the arithmetic a run starts in is the one it resumes in
-            rundir.write_status(run_dir, "running", portable=portable.active())
+            rundir.write_status(
+                run_dir, "running", portable=portable.active(), mkl_cbwr=portable.mkl_cbwr()
+            )
         if (job := slurm.job_info()) is not None:
             rundir.write_status(run_dir, "running", slurm=job)
         try:
@@ -167,7 +169,7 @@ def _continues_retrain(spec: RunSpec, last: Path) -> bool:
     status = rundir.read_json(spec.run_dir / rundir.STATUS, corrupt_ok=True) or {}
     if not status.get("retrain") or status.get("state") in ("done", "failed"):
         return False  # a failed retrain starts again from scratch under force=true
-    if portable.resume_mismatch(status.get("portable")) is not None:
+    if portable.resume_mismatch(status.get("portable"), status.get("mkl_cbwr")) is not None:
         return False  # begun in the other CPU arithmetic: force=true starts it anew
     if not last.exists() or (spec.run_dir / rundir.RESULTS).exists():
         return False
@@ -308,14 +310,14 @@ def _check_same_config(spec: RunSpec) -> None:
 
 def _check_same_arithmetic(spec: RunSpec) -> None:
     """Refuse to resume a stopped run in another CPU arithmetic than it started in
-    (rlt/portable.py): its numbers would change mid-run. A finished run is only skipped."""
+    (rlt/portable/): its numbers would change mid-run. A finished run is only skipped."""
     last = spec.run_dir / rundir.CKPT_DIR / rundir.LAST_CKPT
     if not last.exists() or (spec.run_dir / rundir.RESULTS).exists():
         return  # nothing to resume, or finished (skipped, or its status repaired)
     status = rundir.read_json(spec.run_dir / rundir.STATUS, corrupt_ok=True)
     if status is None or status.get("state") == "done":
         return  # an unreadable status: which arithmetic it started in is not known
-    why = portable.resume_mismatch(status.get("portable"))
+    why = portable.resume_mismatch(status.get("portable"), status.get("mkl_cbwr"))
     if why is not None:
         raise ConfigError(
             f"cannot resume {spec.run_dir}: {why}. Nothing was changed; force=true retrains it "

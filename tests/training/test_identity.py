@@ -373,7 +373,7 @@ def test_an_early_stop_that_never_fired_is_the_fixed_step_run(tmp_path):
 
 
 def test_a_stopped_run_resumes_only_in_the_arithmetic_it_started_in(tmp_path, monkeypatch):
-    """status.json records whether the run started with portable arithmetic (rlt/portable.py);
+    """status.json records whether the run started with portable arithmetic (rlt/portable/);
     resuming it in the other mode would change its numbers mid-run, so it is refused in one
     line naming RLT_PORTABLE, before anything is written."""
     out = run(
@@ -412,6 +412,30 @@ def test_a_run_stopped_before_the_record_resumes_only_with_the_old_default(tmp_p
     ):
         run(tiny(tmp_path))
     monkeypatch.setattr(portable, "status", "off (RLT_PORTABLE=0)")
+    assert run(tiny(tmp_path))["state"] == "resumed"
+
+
+def test_a_portable_run_begun_before_strict_resumes_only_with_mkl_cbwr_avx2(tmp_path, monkeypatch):
+    """A portable run whose status.json has no ``mkl_cbwr`` began before 2026-12-05, with
+    ``MKL_CBWR=AVX2`` (not STRICT: rlt/portable/): resuming it with STRICT would change its
+    GEMM roundings mid-run, so it is refused in one line naming MKL_CBWR=AVX2, nothing written;
+    with MKL_CBWR=AVX2 in force it resumes."""
+    out = run(
+        tiny(tmp_path, "+callbacks.inject_failure={kind: error, step: 3}"), raise_on_failure=False
+    )
+    path = Path(out["run_dir"]) / "status.json"
+    status = json.loads(path.read_text())
+    assert status["mkl_cbwr"] == portable.mkl_cbwr()
+    status["portable"] = True
+    del status["mkl_cbwr"]
+    path.write_text(json.dumps(status))
+    monkeypatch.setattr(portable, "status", "on")
+    monkeypatch.setenv("MKL_CBWR", "AVX2,STRICT")
+    before = snapshot(tmp_path)
+    with pytest.raises(ConfigError, match=r"MKL_CBWR=AVX2 and this .* resume it with MKL_CBWR=AVX2"):
+        run(tiny(tmp_path))
+    assert snapshot(tmp_path) == before
+    monkeypatch.setenv("MKL_CBWR", "avx2")  # spelled as a user might
     assert run(tiny(tmp_path))["state"] == "resumed"
 
 

@@ -1,22 +1,30 @@
 """Portable CPU arithmetic: one code path for every x86-64 CPU with AVX2, on by default.
 
 PyTorch picks its vectorized CPU kernels by the CPU's instruction set (AVX2 or AVX-512: softmax
-and reductions then sum in another order), MKL picks its GEMM code path by the CPU, and oneDNN
-(the LSTM, some convolutions) its ISA. So one seed's run would give other float32 roundings on
-another host, and a run at the edge of learning could land on the other side. Importing ``rlt``
-pins all three to AVX2 before torch runs its first kernel:
+and reductions then sum in another order), MKL picks its GEMM code path and its blocking by the
+CPU, and oneDNN (the LSTM, some convolutions) its ISA. So one seed's run would give other float32
+roundings on another host, and a run at the edge of learning could land on the other side.
+Importing ``rlt`` pins all three before torch runs its first kernel:
 
-    ATEN_CPU_CAPABILITY=avx2   MKL_CBWR=AVX2   ONEDNN_MAX_CPU_ISA=AVX2
+    ATEN_CPU_CAPABILITY=avx2   MKL_CBWR=AVX2,STRICT   ONEDNN_MAX_CPU_ISA=AVX2
+
+``STRICT`` (since 2026-12-05, issue 55) is MKL's strict reproducibility mode for GEMM: each
+output element is summed in one order whatever the number of threads, the alignment or the
+number of rows in the call. Without it (``MKL_CBWR=AVX2``, the portable arithmetic of
+2026-12-03 to 2026-12-04) the rounding of a row depended on how many rows one call held, so
+RLT-2's state after 6 prompt tokens differed from its state after 4 in the last bits on an
+Intel Xeon, and that host parted from the AMD references at step 20. A run keeps the arithmetic
+it started in: status.json records ``portable`` and ``mkl_cbwr``, and a resume in another one is
+refused (:func:`resume_mismatch`); ``MKL_CBWR=AVX2`` (set by hand) resumes a run begun before.
 
 It holds for everything that imports ``rlt`` first (train.py, eval.py, ``python -m rlt.probe``,
-``python -m rlt.bench``, SLURM jobs); results.json records what was in force (``arithmetic``)
-and a run keeps the mode it started in (a resume in the other mode is refused,
-:func:`resume_mismatch`). On by default since 2026-12-03 (issue 40): it costs nothing
-measurable on the host it was measured on (BENCHMARKS.md, "Portable mode"), and without it the
-same seed gives other numbers on another CPU. ``RLT_PORTABLE=0`` gives torch's own choice (the
-CPU's widest kernels: how every result committed before that date was made). Where the CPU has
-no AVX2 (another architecture, an old x86) nothing is pinned and results.json says so. A value
-the user set for one of the three variables wins.
+``python -m rlt.bench``, SLURM jobs); results.json records what was in force (``arithmetic``).
+``RLT_PORTABLE=0`` gives torch's own choice (the CPU's widest kernels: how every result
+committed before 2026-12-03 was made). Where the CPU has no AVX2 (another architecture, an old
+x86) nothing is pinned and results.json says so. A value the user set for one of the three
+variables wins (and then the arithmetic is not the portable one, but for ``MKL_CBWR=AVX2``,
+the earlier portable arithmetic). ``python -m rlt.portable --check`` retrains the committed
+references on this host and says whether it reproduces them (rlt/portable_check.py).
 """
 
 from __future__ import annotations
@@ -28,9 +36,12 @@ import sys
 ENV = "RLT_PORTABLE"
 SETTINGS = {
     "ATEN_CPU_CAPABILITY": "avx2",
-    "MKL_CBWR": "AVX2",
+    "MKL_CBWR": "AVX2,STRICT",
     "ONEDNN_MAX_CPU_ISA": "AVX2",
 }
+# MKL's setting of the portable arithmetic of 2026-12-03 to 2026-12-04 (not STRICT: a row's
+# rounding depended on the rows in the call): still portable, to resume a run begun then.
+EARLIER_MKL_CBWR = "AVX2"
 ON = ("1", "on", "true", "yes")
 OFF = ("0", "off", "false", "no")
 
@@ -81,7 +92,10 @@ def pin() -> str:
         return status
     for name, value in SETTINGS.items():
         os.environ.setdefault(name, value)
-    theirs = [n for n, v in SETTINGS.items() if os.environ[n].strip().lower() != v.lower()]
+    theirs = [n for n, v in SETTINGS.items() if _norm(os.environ[n]) != _norm(v)]
+    if theirs == ["MKL_CBWR"] and _norm(os.environ["MKL_CBWR"]) == _norm(EARLIER_MKL_CBWR):
+        status = "on (MKL_CBWR=AVX2: the portable arithmetic of runs begun before 2026-12-05)"
+        return status
     if theirs:  # a value the user set wins, and then the arithmetic is not the portable one
         status = "off (set by the user: " + ", ".join(f"{n}={os.environ[n]}" for n in theirs) + ")"
         return status
@@ -92,17 +106,39 @@ def pin() -> str:
     return status
 
 
+def _norm(value: str) -> str:
+    """An MKL_CBWR-style value compared loosely: case, spaces and ``BRANCH=`` do not matter."""
+    return value.strip().upper().replace(" ", "").removeprefix("BRANCH=")
+
+
 def active() -> bool:
     return status.startswith("on")
 
 
-def resume_mismatch(started_portable: object) -> str | None:
-    """Why a run that started with ``portable`` = ``started_portable`` (status.json) cannot
-    resume in this process, or None. A run started before the mode was recorded (None)
-    started with it off, the default then."""
+def mkl_cbwr() -> str | None:
+    """MKL's setting in force while portable arithmetic is on (normalized: ``AVX2,STRICT``, or
+    ``AVX2`` for the earlier portable arithmetic), else None: what status.json records."""
+    return _norm(os.environ.get("MKL_CBWR", "")) if active() else None
+
+
+def resume_mismatch(started_portable: object, started_mkl: object = None) -> str | None:
+    """Why a run that started with ``portable`` = ``started_portable`` and ``mkl_cbwr`` =
+    ``started_mkl`` (status.json) cannot resume in this process, or None. A run started before
+    the mode was recorded (None) started with it off, the default then; a portable run started
+    before ``mkl_cbwr`` was recorded started with ``MKL_CBWR=AVX2`` (not STRICT)."""
     if started_portable is None:
         started_portable = False
-    if not isinstance(started_portable, bool) or started_portable == active():
+    if not isinstance(started_portable, bool):
+        return None
+    if started_portable and active():
+        then = _norm(started_mkl) if isinstance(started_mkl, str) else EARLIER_MKL_CBWR
+        if then == mkl_cbwr():
+            return None
+        return (
+            f"it started with portable arithmetic MKL_CBWR={then} and this process has "
+            f"MKL_CBWR={mkl_cbwr()}: resume it with MKL_CBWR={then}"
+        )
+    if started_portable == active():
         return None
     if started_portable:
         return (
@@ -116,8 +152,21 @@ def scoring_note(results: dict) -> str | None:
     """What to tell someone scoring a finished run (eval.py, the probe) in another arithmetic
     than it was trained in: its numbers can move in the last digits against results.json's.
     A results.json without ``arithmetic`` predates the record: trained with the mode off."""
-    trained = (results.get("arithmetic") or {}).get("portable", False)
-    if not isinstance(trained, bool) or trained == active():
+    arithmetic = results.get("arithmetic") or {}
+    trained = arithmetic.get("portable", False)
+    if not isinstance(trained, bool):
+        return None
+    if trained and active():
+        then = arithmetic.get("mkl_cbwr")
+        then = _norm(then) if isinstance(then, str) else EARLIER_MKL_CBWR
+        if then == mkl_cbwr():
+            return None
+        return (
+            f"was trained with portable arithmetic MKL_CBWR={then} and is scored with "
+            f"MKL_CBWR={mkl_cbwr()}: its numbers can differ from results.json's in the last "
+            f"digits (MKL_CBWR={then} scores it in its own)"
+        )
+    if trained == active():
         return None
     fix = f"{ENV}=0" if not trained else f"a CPU with AVX2 and without {ENV}=0"
     return (

@@ -1,0 +1,160 @@
+"""Does this host reproduce portable arithmetic's committed references? One screen's answer.
+
+    python -m rlt.portable --check            # kernels, then the tiny run and 200 laptop steps
+    python -m rlt.portable --check --quick    # kernels and the tiny run only (seconds)
+
+First every kernel of rlt/portable/ops.py against tests/reference/portable_ops.json (a
+difference names the kernel), then the reference runs retrained (tests/reference/portable_
+<case>.json: the tiny experiment and 200 laptop-shape RLT-1 steps) against their every
+number: "reproduces", or the first step and metric that differs. Exit status 0 when all
+reproduce, 1 when something differs, 2 when the check cannot run here (no AVX2, no
+references). The references live in the repository (tests/reference/), so the check runs from
+a clone (``pip install -e .``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from rlt import portable
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = ROOT / "tests" / "reference"
+OPS_REFERENCE = REFERENCE / "portable_ops.json"
+CASES = {
+    "tiny": ["experiment=tiny"],
+    "laptop200": [
+        "task=parity_3to16",
+        "model=rlt1",
+        "split=1+1",
+        "scale=laptop",
+        "scale.max_steps=200",
+    ],
+}
+COMMON = ["print_table=false", "logger=csv", "trainer.threads=1", "trainer.native=off"]
+NUMBERS = ("params", "train_curve", "val_curve", "selection", "test_by_policy")
+
+
+def host() -> tuple[str, str]:
+    """(/proc/cpuinfo "model name", the widest vector extension): what VERIFIED keys by."""
+    return portable.cpu_model(), "avx512f" if "avx512f" in portable.cpu_flags() else "avx2"
+
+
+def made_on() -> dict[str, str]:
+    """The host a reference was made on, for the reference file."""
+    import torch
+
+    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    native = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
+        env=env, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    return {
+        "cpu_model": portable.cpu_model(),
+        "cpu_family_model_stepping": _cpuinfo_numbers(),
+        "widest_vector_extension": host()[1],
+        "native_cpu_capability": native,
+        "mkl_cbwr": str(portable.mkl_cbwr()),
+        "torch": torch.__version__,
+        "date": datetime.date.today().isoformat(),
+    }
+
+
+def _cpuinfo_numbers() -> str:
+    fields = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        return platform.machine()
+    return "/".join(fields.get(k, "?") for k in ("cpu family", "model", "stepping"))
+
+
+def run_case(name: str, root: Path) -> dict:
+    """Train reference case ``name`` under ``root`` in portable arithmetic, one thread, in a
+    fresh process (MKL reads its setting once); its numbers (NUMBERS of results.json)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR")}
+    env.update(RLT_PORTABLE="1", OMP_NUM_THREADS="1", WANDB_MODE="disabled")
+    cmd = [sys.executable, "train.py", *CASES[name], *COMMON, f"root={root}"]
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[1:])} failed: {out.stderr[-2000:]}")
+    (path,) = root.rglob("results.json")
+    results = json.loads(path.read_text())
+    arithmetic = results["arithmetic"]
+    if arithmetic["portable"] is not True or arithmetic["cpu_capability"] != "AVX2":
+        raise RuntimeError(f"the reference run was not in portable arithmetic: {arithmetic}")
+    return {key: results[key] for key in NUMBERS}
+
+
+def first_difference(got: dict, want: dict) -> str | None:
+    """Where two runs' numbers part, in the order they were made: the first training step whose
+    loss differs, else the first validation step and metric, else selection and test; None
+    when every number is equal."""
+    if got == want:
+        return None
+    if got.get("params") != want.get("params"):
+        return f"parameter count {got.get('params')} (reference {want.get('params')})"
+    for curve, what in (("train_curve", "training"), ("val_curve", "validation")):
+        for mine, ref in zip(got.get(curve) or [], want.get(curve) or []):
+            for metric in sorted(set(mine) | set(ref)):
+                if mine.get(metric) != ref.get(metric):
+                    return (
+                        f"{what} {metric} at step {ref.get('step')}: {mine.get(metric)!r} "
+                        f"(reference {ref.get(metric)!r})"
+                    )
+        if len(got.get(curve) or []) != len(want.get(curve) or []):
+            return f"{what} curve length {len(got.get(curve) or [])} (reference {len(want[curve])})"
+    for key in ("selection", "test_by_policy"):
+        if got.get(key) != want.get(key):
+            return f"{key} (curves equal): {json.dumps(got.get(key))[:200]}"
+    return "numbers differ"
+
+
+def write_ops_reference() -> Path:
+    from rlt.portable import ops
+
+    payload = {"made_on": made_on(), "hashes": ops.hashes()}
+    OPS_REFERENCE.write_text(json.dumps(payload, indent=1) + "\n")
+    return OPS_REFERENCE
+
+
+def check(quick: bool = False) -> int:
+    from rlt.portable import ops
+
+    print(f"host: {portable.cpu_model()} ({_cpuinfo_numbers()}, widest {host()[1]})")
+    print(f"arithmetic: portable {portable.status}; MKL_CBWR={os.environ.get('MKL_CBWR')}")
+    if not portable.active():
+        print(f"cannot check: portable arithmetic is {portable.status}")
+        return 2
+    if not OPS_REFERENCE.exists():
+        print(f"cannot check: no references at {REFERENCE} (run it from a clone of the repository)")
+        return 2
+    reference = json.loads(OPS_REFERENCE.read_text())
+    differ = ops.differing(ops.hashes(), reference["hashes"])
+    made = reference["made_on"]
+    print(f"references made on: {made['cpu_model']} ({made['cpu_family_model_stepping']}), "
+          f"{made['date']}, MKL_CBWR={made['mkl_cbwr']}")  # fmt: skip
+    total = len(reference["hashes"])
+    print(f"kernels: {total - len(differ)} of {total} reproduce")
+    for name in differ:
+        print(f"  differs: {name}")
+    failed = bool(differ)
+    for name in ("tiny",) if quick else tuple(CASES):
+        want = json.loads((REFERENCE / f"portable_{name}.json").read_text())["numbers"]
+        with tempfile.TemporaryDirectory() as tmp:
+            got = run_case(name, Path(tmp))
+        where = first_difference(got, want)
+        print(f"run {name}: " + ("reproduces (every number)" if where is None else f"differs: {where}"))
+        failed |= where is not None
+    print("this host reproduces portable arithmetic's references" if not failed else
+          "this host does NOT reproduce them: open an issue with this screen")  # fmt: skip
+    return 1 if failed else 0
