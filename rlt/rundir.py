@@ -37,8 +37,9 @@ import platform
 import re
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rlt import portable
 
@@ -111,13 +112,20 @@ def find_runs(root: str | Path) -> list[Path]:
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` via a temporary file in the same directory and a rename."""
+    atomic_write(path, lambda f: f.write(text))
+
+
+def atomic_write(path: str | Path, write: Callable[[IO], Any], mode: str = "w") -> None:
+    """``write(f)`` into a temporary file in ``path``'s directory (opened with ``mode``), then
+    rename it to ``path``: a reader sees the old file or the new one, never a partial one, and a
+    write that fails leaves the old file as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide results from collaborators
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, mode) as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -38,6 +38,17 @@ class SequenceModel(nn.Module):
         return greedy_continuation(self, prompt, logits, state, max_new_tokens, eos_id, pad_id)
 
 
+def check_batch(tokens: Tensor, state: Any) -> None:
+    """Refuse tokens (N, t) for a state of another batch size: row i of the tokens continues
+    row i of the state, and a state of batch 1 would otherwise broadcast where it can."""
+    if tokens.shape[0] != state.batch_size:
+        raise ValueError(
+            f"tokens of batch size {tokens.shape[0]} for a state of batch size "
+            f"{state.batch_size}: continue a state with one row of tokens per sequence it holds "
+            "(init_state(batch_size) sets the batch size)"
+        )
+
+
 def greedy_continuation(
     model: SequenceModel,
     prompt: Tensor,

@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rlt.models.base import SequenceModel
+from rlt.models.base import SequenceModel, check_batch
 from rlt.models.blocks import SwiGLU, init_weights
 from rlt.models.config import DeltaNetConfig
 
@@ -212,6 +212,10 @@ class DeltaNetState:
     position: int
     layers: list[DeltaNetLayerState]
 
+    @property
+    def batch_size(self) -> int:
+        return self.layers[0].s.shape[0]
+
     def clone(self) -> DeltaNetState:
         return DeltaNetState(
             self.position, [DeltaNetLayerState(x.conv.clone(), x.s.clone()) for x in self.layers]
@@ -334,6 +338,7 @@ class DeltaNet(SequenceModel):
         return DeltaNetState(0, layers)
 
     def prefill(self, tokens: Tensor, state: DeltaNetState) -> tuple[Tensor, DeltaNetState]:
+        check_batch(tokens, state)
         n, t = tokens.shape
         if t == 0:
             return self.head.weight.new_zeros(n, 0, self.config.vocab_size), state

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from rlt.models.base import SequenceModel
+from rlt.models.base import SequenceModel, check_batch
 from rlt.models.config import LSTMConfig
 from rlt.models.state import LSTMState
 
@@ -57,6 +57,7 @@ class LSTMModel(SequenceModel):
 
     def prefill(self, tokens: Tensor, state: LSTMState) -> tuple[Tensor, LSTMState]:
         """Consume known tokens (N, t): logits (N, t, V) and the state after them."""
+        check_batch(tokens, state)
         n, t = tokens.shape
         if t == 0:
             return self.head.weight.new_zeros(n, 0, self.config.vocab_size), state

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from rlt.models.base import SequenceModel
+from rlt.models.base import SequenceModel, check_batch
 from rlt.models.blocks import (
     DecoderBlock,
     EncoderBlock,
@@ -283,6 +283,7 @@ class RecurrentLoopedTransformer(SequenceModel):
         The same transition as ``forward``: prefill(x[:, :p]) then step over the rest gives
         forward(x)'s logits, for every p.
         """
+        check_batch(tokens, state)
         n, t = tokens.shape
         if t == 0:
             return self.head.weight.new_zeros(n, 0, self.config.vocab_size), state

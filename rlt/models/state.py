@@ -112,6 +112,10 @@ class RLTState:
     window_from: int = 0
     memory_from: int = 0
 
+    @property
+    def batch_size(self) -> int:
+        return (self.encoder[0] if self.encoder else self.window[0]).k.shape[0]
+
     def clone(self) -> RLTState:
         return RLTState(
             position=self.position,
@@ -145,6 +149,10 @@ class TransformerState:
     position: int
     layers: list[KVCache] = field(default_factory=list)  # one per block
 
+    @property
+    def batch_size(self) -> int:
+        return self.layers[0].k.shape[0]
+
     def clone(self) -> TransformerState:
         return TransformerState(self.position, [c.clone() for c in self.layers])
 
@@ -159,6 +167,10 @@ class LSTMState:
     position: int
     h: Tensor
     c: Tensor
+
+    @property
+    def batch_size(self) -> int:
+        return self.h.shape[1]
 
     def clone(self) -> LSTMState:
         return LSTMState(self.position, self.h.clone(), self.c.clone())

@@ -6,13 +6,15 @@ boundary state, generation after prefill), for every family."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import subprocess
 import sys
 
 import pytest
 import torch
 
-from rlt.models import DeltaNetConfig, LSTMConfig, build_model
+from rlt.models import DeltaNetConfig, LSTMConfig, build_model, snapshot
 from rlt.models.snapshot import StateFileError, load_state, save_state
 from tests.models.conftest import TINY, make_rlt, make_transformer
 from tests.training.helpers import REPO
@@ -154,6 +156,166 @@ def test_a_damaged_state_file_is_refused_in_one_line_and_changes_nothing(tmp_pat
     assert str(path) in str(e.value) and "\n" not in str(e.value)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert (path.read_bytes() if path.exists() else None) == on_disk
+
+
+def tensors(x) -> list[torch.Tensor]:
+    """Every tensor a state holds, depth first."""
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, list):
+        return [t for v in x for t in tensors(v)]
+    if dataclasses.is_dataclass(x):
+        return [t for f in dataclasses.fields(x) for t in tensors(getattr(x, f.name))]
+    return []
+
+
+def one_line_naming(e: pytest.ExceptionInfo, *words: str) -> bool:
+    return "\n" not in str(e.value) and all(w in str(e.value) for w in words)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_state_file_with_flipped_tensor_bytes_is_refused(tmp_path, family):
+    """Bytes flipped inside a stored tensor (a KV cache's, h of the LSTM, DeltaNet's S) leave
+    the file readable: without a checksum it loaded, and the continuation differed."""
+    model = make(family).eval()
+    with torch.no_grad():
+        _, state = model.prefill(tokens(2, 7, 1), model.init_state(2))
+    path = tmp_path / "s.state"
+    save_state(model, state, path)
+    data = path.read_bytes()
+    at = -1
+    for t in tensors(state):
+        head = t.detach().contiguous().reshape(-1).view(torch.uint8)[:32].numpy().tobytes()
+        if any(head) and (at := data.find(head)) >= 0:
+            break
+    assert at >= 0, "no stored tensor found in the file"
+    path.write_bytes(
+        data[: at + 4] + bytes(b ^ 0xFF for b in data[at + 4 : at + 8]) + data[at + 8 :]
+    )
+    with pytest.raises(StateFileError) as e:
+        load_state(model, path)
+    assert one_line_naming(e, str(path), "damaged")
+
+
+@pytest.mark.parametrize("bad", ["prefill's result", "a dict", "another model's state"])
+def test_saving_something_that_is_not_a_state_refuses_and_keeps_the_good_file(tmp_path, bad):
+    model = make("rlt1").eval()
+    with torch.no_grad():
+        result = model.prefill(tokens(2, 7, 1), model.init_state(2))
+    path = tmp_path / "s.state"
+    save_state(model, result[1], path)
+    good = path.read_bytes()
+    wrong = {
+        "prefill's result": result,
+        "a dict": dataclasses.asdict(result[1]),
+        "another model's state": make("lstm").init_state(2),
+    }[bad]
+    with pytest.raises(StateFileError) as e:
+        save_state(model, wrong, path)
+    assert one_line_naming(e, str(path))
+    if bad == "prefill's result":
+        assert "second element" in str(e.value)  # the fix, not only the fault
+    assert path.read_bytes() == good
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.state"]  # no temporary left
+    continuation = tokens(2, 4, 2)
+    with torch.no_grad():
+        want, _ = stream(model, result[1], continuation)
+        got, _ = stream(model, load_state(model, path), continuation)
+    assert torch.equal(got, want)
+
+
+def test_a_failed_write_keeps_the_good_file(tmp_path, monkeypatch):
+    """A write that fails half way (a full disk) leaves the previous file whole."""
+    model = make("rlt1").eval()
+    with torch.no_grad():
+        _, state = model.prefill(tokens(2, 7, 1), model.init_state(2))
+    path = tmp_path / "s.state"
+    save_state(model, state, path)
+    good = path.read_bytes()
+
+    def full_disk(obj, f, *args, **kwargs):
+        f.write(b"partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(StateFileError) as e:
+        save_state(model, state, path)
+    assert one_line_naming(e, str(path), "No space left on device")
+    assert path.read_bytes() == good
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.state"]
+
+
+def one_weight_moved(model):
+    with torch.no_grad():
+        model.head.weight[0, 0] += 1e-3
+    return model
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        lambda: make_rlt("2+2", 1, seed=1),  # the same config, another seed
+        lambda: one_weight_moved(make("rlt1")),  # a further step, fine-tuning on another task
+    ],
+    ids=["another seed", "one weight moved"],
+)
+def test_a_state_restored_into_a_model_with_other_weights_is_refused(tmp_path, other):
+    model = make("rlt1").eval()
+    with torch.no_grad():
+        _, state = model.prefill(tokens(2, 7, 1), model.init_state(2))
+    save_state(model, state, tmp_path / "s.state")
+    load_state(make("rlt1"), tmp_path / "s.state")  # the same weights in a new model: fine
+    with pytest.raises(StateFileError) as e:
+        load_state(other(), tmp_path / "s.state")
+    assert one_line_naming(e, str(tmp_path / "s.state"), "weights")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize(("state_batch", "token_batch"), [(2, 3), (1, 3), (3, 1)])
+def test_a_state_stepped_with_tokens_of_another_batch_size_is_refused(
+    family, state_batch, token_batch
+):
+    """One line naming both batch sizes, from step and from prefill (a batch-1 state would
+    otherwise broadcast where it can)."""
+    model = make(family).eval()
+    with torch.no_grad():
+        _, state = model.prefill(tokens(state_batch, 5, 1), model.init_state(state_batch))
+        for call in (
+            lambda: model.step(tokens(token_batch, 1, 2)[:, 0], state),
+            lambda: model.prefill(tokens(token_batch, 3, 2), state),
+        ):
+            with pytest.raises(ValueError) as e:
+                call()
+            numbers = {int(n) for n in re.findall(r"\d+", str(e.value))}
+            assert "\n" not in str(e.value) and {state_batch, token_batch} <= numbers
+
+
+def test_saving_into_a_missing_directory_is_refused_and_creates_nothing(tmp_path):
+    model = make("rlt1").eval()
+    with torch.no_grad():
+        _, state = model.prefill(tokens(1, 5, 1), model.init_state(1))
+    path = tmp_path / "typo" / "s.state"
+    with pytest.raises(StateFileError) as e:
+        save_state(model, state, path)
+    assert one_line_naming(e, str(path.parent))
+    assert not path.parent.exists()
+
+
+def test_a_state_file_of_the_first_format_is_refused(tmp_path):
+    """rlt-state/1 files carry neither a checksum nor the weights' fingerprint: nothing tells a
+    damaged one or one of other weights apart, so they are refused (prefill and save again)."""
+    model = make("rlt1").eval()
+    with torch.no_grad():
+        _, state = model.prefill(tokens(1, 5, 1), model.init_state(1))
+    blob = {
+        "format": "rlt-state/1",
+        "model": snapshot.describe(model),
+        "state": snapshot._pack(state),
+    }
+    torch.save(blob, tmp_path / "old.state")
+    with pytest.raises(StateFileError) as e:
+        load_state(model, tmp_path / "old.state")
+    assert one_line_naming(e, str(tmp_path / "old.state"), "save it again")
 
 
 # Conformance ----------------------------------------------------------------------------------
