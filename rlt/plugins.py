@@ -11,6 +11,17 @@ import os
 import sys
 
 
+class NameClash(ValueError):
+    """Two plugins register one name: which kind and name, and the two definitions that claim
+    it (dotted paths), so a reader can tell which runs used which."""
+
+    def __init__(self, kind: str, name: str, first: str, second: str) -> None:
+        super().__init__(
+            f"{kind} name {name!r} registered twice ({first} and {second}); rename one of them"
+        )
+        self.kind, self.name, self.first, self.second = kind, name, first, second
+
+
 def import_from_cwd() -> None:
     """Make modules in the current directory importable (a script's own directory is on
     sys.path, the directory it is run from is not)."""

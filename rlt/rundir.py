@@ -94,6 +94,12 @@ def parse_cell(path: str | Path) -> dict[str, Any] | None:
     return {"task": task, "model": model, "arch": arch, "seed": int(seed_dir[4:])}
 
 
+def is_seed(value: Any) -> bool:
+    """Whether a seed read from a run or grid file is one: an integer (JSON "5", 5.0 or true
+    are a damaged or hand-edited file, never rounded into some run's seed)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def find_runs(root: str | Path) -> list[Path]:
     """Run directories under ``root`` (root itself may be one), in sorted depth-first order:
     a directory holding a results.json or status.json, or a config.yaml in a seed directory.
@@ -183,7 +189,8 @@ def read_grid(sweep_dir: str | Path, keys: tuple[str, ...] = ()) -> dict | None:
     """The sweep's grid file (grid.json, or sweep.json of early versions) as a dict, or None
     when there is none. A file that does not parse raises :class:`UnreadableGrid`, whose message
     names the file and the fix; readers report it and go on with the runs on disk. So does a
-    cell lacking one of ``keys`` (what the reader needs of every cell)."""
+    cell lacking one of ``keys`` (what the reader needs of every cell), holding null there, or
+    holding a seed that is not an integer."""
     path = next((Path(sweep_dir) / g for g in GRID_FILES if (Path(sweep_dir) / g).is_file()), None)
     if path is None:
         return None
@@ -197,13 +204,26 @@ def read_grid(sweep_dir: str | Path, keys: tuple[str, ...] = ()) -> dict | None:
             "relaunch the grid (the same train.py -m command) to rewrite it"
         ) from e
     for i, cell in enumerate(grid.get("cells", [])):
-        lacks = [k for k in keys if not isinstance(cell, dict) or k not in cell]
-        if lacks:
+        why = _bad_cell(cell, keys)
+        if why:
             raise UnreadableGrid(
-                f"{path}: cell {i} lacks {', '.join(lacks)}, so the cells it expects are unknown; "
+                f"{path}: cell {i} {why}, so the cells it expects are unknown; "
                 "relaunch the grid (the same train.py -m command) to rewrite it"
             )
     return grid
+
+
+def _bad_cell(cell: Any, keys: tuple[str, ...]) -> str | None:
+    """What keeps a grid cell from naming a run ("lacks seed", "has seed null"), or None."""
+    lacks = [k for k in keys if not isinstance(cell, dict) or k not in cell]
+    if lacks:
+        return f"lacks {', '.join(lacks)}"
+    for k in keys:
+        if cell[k] is None:
+            return f"has {k} null"
+        if k == "seed" and not is_seed(cell[k]):
+            return f"has seed {json.dumps(cell[k])}, not an integer"
+    return None
 
 
 # What eval.py and ``python -m rlt.probe`` write beside a finished run's results, scored from

@@ -9,10 +9,12 @@ Usage::
 """
 
 from rlt.analysis.collect import Collection, NoResultsError, collect
+from rlt.analysis.definitions import MixedDefinitions
 from rlt.analysis.report import ReportOptions, build_tables, markdown_summary, write_report
 
 __all__ = [
     "Collection",
+    "MixedDefinitions",
     "NoResultsError",
     "ReportOptions",
     "build_tables",

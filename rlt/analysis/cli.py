@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rlt.analysis.collect import NoResultsError, collect
+from rlt.analysis.definitions import MixedDefinitions
 from rlt.analysis.report import ReportOptions, write_report
 from rlt.analysis.table_core import Lengths
 from rlt.rundir import POLICIES
@@ -105,7 +106,8 @@ def tables_main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         c = collect(a.sweep_dirs)
-    except NoResultsError as e:
+        c.check_metric(a.metric)
+    except (NoResultsError, MixedDefinitions) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     untested = _untested_lengths(c, opts.lengths)
@@ -201,7 +203,8 @@ def figures_main(argv: Sequence[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         c = collect(a.sweep_dirs)
-    except NoResultsError as e:
+        c.check_metric(a.metric)
+    except (NoResultsError, MixedDefinitions) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     from rlt.analysis.figures import make_figures  # matplotlib only when drawing

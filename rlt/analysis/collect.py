@@ -28,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from rlt.analysis import definitions as defs
 from rlt.analysis.expected import expected_cells
 from rlt.analysis.labels import ModelKey, model_key, task_sort_key
 from rlt.analysis.protocol import protocol_of, separate_protocols
@@ -37,6 +38,7 @@ from rlt.rundir import (
     RESULTS,
     STATUS,
     find_runs,
+    is_seed,
     live_state,
     parse_cell,
 )
@@ -68,6 +70,9 @@ class Collection:
     probe:      KEYS + target, bucket, value: the state probe of the selected checkpoint
                 (rlt/probe.py), probe accuracy per position bucket; target "rms" holds the
                 representation's RMS norm (not a fraction).
+    definitions: run_id, metric, function, source_sha1: which plugin code computed a
+                registered metric in each run (results.json "metric_definitions"; for runs
+                that predate it, the one of two clashing plugins the run lists).
     Values are fractions in [0, 1] as stored; tables convert to percent.
     """
 
@@ -81,6 +86,7 @@ class Collection:
     models: dict[str, ModelKey]
     warnings: list[str] = field(default_factory=list)
     probe: pd.DataFrame = field(default_factory=pd.DataFrame)
+    definitions: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=defs.COLUMNS))
 
     @property
     def used(self) -> pd.DataFrame:
@@ -102,6 +108,12 @@ class Collection:
     def row_task(self, row: str) -> str:
         tasks = pd.concat([self.runs, self.expected])
         return str(tasks.loc[tasks["row"] == row, "task"].iloc[0])
+
+    def check_metric(self, metric: str) -> None:
+        """Raise :class:`~rlt.analysis.definitions.MixedDefinitions` naming the metric, each
+        definition and its runs when the runs computed ``metric`` with different code; tables
+        and figures call it first, so two definitions are never averaged into one cell."""
+        defs.check_metric(self.definitions, self.val, self.test, metric)
 
     def expected_n(self) -> dict[tuple[str, str], int]:
         """(row, label) -> number of seeds the grid asks for."""
@@ -137,8 +149,13 @@ def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Col
             raise NoResultsError(f"{d} does not exist: check the path")
 
     sweep_dirs = _sweeps_of(sweep_dirs)
-    records, val_rows, train_rows, test_rows, probe_rows, warnings = _read_runs(sweep_dirs)
+    records, val_rows, train_rows, test_rows, probe_rows, def_rows, warnings = _read_runs(
+        sweep_dirs
+    )
     runs = pd.DataFrame.from_records(records, columns=_RUN_COLUMNS)
+    # Integers with gaps: a run found without a known seed (a damaged results.json outside a
+    # seed<N> directory) must not turn every seed into a float ("seed 42.0").
+    runs["seed"] = runs["seed"].astype("Int64")
     if require_results and not runs["has_results"].any():
         raise NoResultsError(_no_results_message(runs, sweep_dirs))
 
@@ -171,6 +188,7 @@ def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Col
     )
     test["scored_later"] = test["scored_later"].astype(bool)
     probe = _long(probe_rows, ["run_id", "target", "bucket", "value"], keys)
+    definitions = defs.definitions(runs, def_rows, val, test)
     return Collection(
         sweep_dirs=sweep_dirs,
         runs=runs,
@@ -182,6 +200,7 @@ def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Col
         incomplete=incomplete,
         models=models,
         warnings=warnings,
+        definitions=definitions,
     )
 
 
@@ -200,25 +219,28 @@ def _sweeps_of(paths: list[Path]) -> list[Path]:
     return out
 
 
-def _read_runs(sweep_dirs: list[Path]) -> tuple[list, list, list, list, list, list[str]]:
-    """Every run of the sweeps: (run records, val rows, train rows, test rows, warnings)."""
+def _read_runs(sweep_dirs: list[Path]) -> tuple[list, list, list, list, list, list, list[str]]:
+    """Every run of the sweeps: (run records, val rows, train rows, test rows, probe rows,
+    metric definition rows, warnings)."""
     records: list[dict] = []
     val_rows: list[dict] = []
     train_rows: list[dict] = []
     test_rows: list[dict] = []
     probe_rows: list[dict] = []
+    def_rows: list[dict] = []
     warnings: list[str] = []
     for i, sweep_dir in enumerate(sweep_dirs):
         for run_dir in find_runs(sweep_dir):
-            rec, val, train, test, probe, warn = _read_run(run_dir, sweep_dir)
+            rec, val, train, test, probe, recorded, warn = _read_run(run_dir, sweep_dir)
             rec["sweep_index"] = i
             records.append(rec)
             val_rows += val
             train_rows += train
             test_rows += test
             probe_rows += probe
+            def_rows += recorded
             warnings += warn
-    return records, val_rows, train_rows, test_rows, probe_rows, warnings
+    return records, val_rows, train_rows, test_rows, probe_rows, def_rows, warnings
 
 
 def _no_results_message(runs: pd.DataFrame, sweep_dirs: list[Path]) -> str:
@@ -237,7 +259,7 @@ _RUN_COLUMNS = (
     "run_id sweep_dir sweep preset task model model_dir family split arch n_enc n_dec n_layers "
     "feedback_interval feedback_schedule seed data_seed state has_results used step max_steps "
     "params vocab_size sec_per_step train_seconds chance train_len_min train_len_max selection_step "
-    "stopped_early config_label protocol "
+    "stopped_early config_label protocol plugins "
     "detail path sweep_index"
 ).split()
 
@@ -255,8 +277,13 @@ def _read_json(path: Path) -> tuple[dict | None, str | None]:
     return obj, None
 
 
-def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, list, list[str]]:
-    """One run directory -> (run record, val rows, train rows, test rows, warnings)."""
+def _read_run(
+    run_dir: Path, sweep_dir: Path
+) -> tuple[dict, list, list, list, list, list, list[str]]:
+    """One run directory -> (run record, val rows, train rows, test rows, probe rows, metric
+    definition rows, warnings). A results.json that parses but cannot be read as a run (a seed
+    that is not an integer, no task, model or seed where the path has none either, a block of
+    the wrong type) leaves the run unreadable, listed with what is wrong, never a traceback."""
     from_path = parse_cell(run_dir.resolve()) or {}
     rec: dict[str, Any] = dict.fromkeys(_RUN_COLUMNS)
     rec.update(
@@ -274,6 +301,7 @@ def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, l
         used=False,
     )
     warnings: list[str] = []
+    nothing: tuple[list, list, list, list, list] = ([], [], [], [], [])
     status = _read_status(run_dir, rec)
     results, err = _read_json(run_dir / RESULTS)
     if err:
@@ -281,7 +309,7 @@ def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, l
     if results is None:
         if err is None and status and status.get("state") == "done":
             rec.update(state="no results", detail=f"status says done but {RESULTS} is missing")
-        return rec, [], [], [], [], warnings
+        return rec, *nothing, warnings
     if status and status.get("state") not in (None, "done"):
         # A run that is training again (or was stopped while retraining) next to an older
         # results.json: those results are not of the configuration the directory now holds.
@@ -290,45 +318,57 @@ def _read_run(run_dir: Path, sweep_dir: Path) -> tuple[dict, list, list, list, l
             detail=f"{RESULTS} predates the run's current state {status.get('state')!r}; "
             "the same command finishes the run",
         )
-        return rec, [], [], [], [], warnings
+        return rec, *nothing, warnings
 
     if results.get("schema_version") != SCHEMA_VERSION:
         warnings.append(
             f"{run_dir / RESULTS}: schema_version {results.get('schema_version')!r}, "
             f"expected {SCHEMA_VERSION}; read as version {SCHEMA_VERSION}"
         )
-    rec.update(_result_fields(results, rec))
-    rec["protocol"] = protocol_of(run_dir)
-    warnings += _load_plugins((results.get("run") or {}).get("plugins"), run_dir)
     rid = rec["run_id"]
-    val = curve_rows(rid, results.get("val_curve"))
-    train = curve_rows(rid, results.get("train_curve"))
+    damage = _damage(results, rec)
+    if damage is None:
+        try:
+            fields = _result_fields(results, rec)
+            val = curve_rows(rid, results.get("val_curve"))
+            train = curve_rows(rid, results.get("train_curve"))
+            test = test_rows(rid, results)
+            recorded = defs.recorded(rid, results.get("metric_definitions"))
+        except (AttributeError, KeyError, TypeError, ValueError) as e:  # a block's wrong shape
+            damage = f"{type(e).__name__}: {e}"
+    if damage is not None:
+        rec.update(state="unreadable", detail=f"{RESULTS} damaged: {damage}")
+        return rec, *nothing, warnings
+    rec.update(fields)
+    rec["protocol"] = protocol_of(run_dir)
+    names = (results.get("run") or {}).get("plugins")
+    if isinstance(names, list):
+        rec["plugins"] = " ".join(map(str, names))
+    warnings += defs.load_plugins(names, run_dir)
     if val:
         rec["step"] = max(r["step"] for r in val)
-    test = test_rows(rid, results)
     known = {(r["policy"], r["length"]) for r in test}
     test += eval_rows(rid, run_dir, results, known, warnings)
-    return rec, val, train, test, probe_rows(rid, results, run_dir, warnings), warnings
+    probe = probe_rows(rid, results, run_dir, warnings)
+    return rec, val, train, test, probe, recorded, warnings
 
 
-def _load_plugins(names: Any, run_dir: Path) -> list[str]:
-    """Import the plugins a run was trained with (its family's labels and colours live in
-    them, rlt/families.py); one that is not importable here leaves a warning, and the run is
-    labelled by its config's model.label."""
-    from rlt import plugins
-
-    todo = (
-        [str(n) for n in names if str(n) not in _PLUGINS_TRIED] if isinstance(names, list) else []
-    )
-    _PLUGINS_TRIED.update(todo)
-    return [
-        f"{run_dir}: plugin {name!r} does not import here ({type(e).__name__}); run from its "
-        "directory or put it on PYTHONPATH for its family's labels"
-        for name, e in plugins.load(todo)
-    ]
-
-
-_PLUGINS_TRIED: set[str] = set()
+def _damage(results: dict, rec: dict[str, Any]) -> str | None:
+    """What keeps a results.json that parses from naming its run, or None: its seed must be an
+    integer, and task, model and seed must be known from its run block or from the run's
+    <task>/<model>/<split>/seed<N> path (runs made with hydra.run.dir have no such path)."""
+    run = results.get("run", {})
+    if not isinstance(run, dict):
+        return f"run is a JSON {type(run).__name__}, not an object"
+    if run.get("seed") is not None and not is_seed(run["seed"]):
+        return f"run.seed is {json.dumps(run['seed'])}, not an integer"
+    unknown = [k for k in ("task", "model", "seed") if run.get(k) is None and rec[k] is None]
+    if unknown:
+        return (
+            f"no run.{', run.'.join(unknown)}, and the directory is not "
+            "<task>/<model>/<split>/seed<N> to tell"
+        )
+    return None
 
 
 def _read_status(run_dir: Path, rec: dict[str, Any]) -> dict | None:
@@ -378,8 +418,8 @@ def _result_fields(results: dict, rec: dict[str, Any]) -> dict[str, Any]:
     )
     if run.get("sweep"):
         fields["sweep"] = run["sweep"]
-    seed, split = fields.get("seed", rec["seed"]), fields.get("split", rec["split"])
-    fields["seed"] = None if seed is None else int(seed)
+    split = fields.get("split", rec["split"])
+    fields["seed"] = fields.get("seed", rec["seed"])  # an integer: _damage has checked it
     fields["split"] = None if split is None else str(split)
     return fields
 

@@ -551,7 +551,9 @@ def make_figures(
 ) -> list[FigureResult]:
     """Every figure: length curves, validation curves, training loss, S5 panels, and the
     schedule view when a run trained with a feedback schedule (or with schedule_view; `split`
-    and `lengths` steer only that view, `split` only without schedule runs)."""
+    and `lengths` steer only that view, `split` only without schedule runs). Raises
+    MixedDefinitions when the runs compute `metric` with different code."""
+    c.check_metric(metric)
     results = [
         *length_curves(c, out_dir, policy=policy, metric=metric, formats=formats),
         *val_curves(c, out_dir, metric=metric, formats=formats),

@@ -65,6 +65,7 @@ def build_tables(c: Collection, opts: ReportOptions | None = None) -> dict[str, 
     or a split is given), lengths, policies, params, cost, schedule (when a run trained with a
     feedback schedule, or with schedule_view), compare (with compare_report), incomplete."""
     o = opts or ReportOptions()
+    c.check_metric(o.metric)  # MixedDefinitions: never one cell from two definitions
     tables = {}
     if _is_laptop(c):
         tables["verdicts"] = verdict_table(c, LAPTOP_FINDINGS, policy=o.policy, metric=o.metric)

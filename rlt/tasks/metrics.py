@@ -21,11 +21,17 @@ computed beside these on every validation and test set (docs/EXTENDING.md).
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import io
+import textwrap
+import tokenize
 from collections.abc import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
 
+from rlt.plugins import NameClash
 from rlt.tasks.base import IGNORE
 from rlt.tasks.vocab import EOS, PAD
 
@@ -70,15 +76,41 @@ def register_metric(name: str):
 
     def add(fn):
         if name in EXTRA:  # as task and family names: two plugins never share one silently
-            first = EXTRA[name]
-            raise ValueError(
-                f"metric name {name!r} registered twice ({first.__module__}.{first.__qualname__} "
-                f"and {fn.__module__}.{fn.__qualname__}); rename one of them"
-            )
+            raise NameClash("metric", name, _dotted(EXTRA[name]), _dotted(fn))
         EXTRA[name] = fn
         return fn
 
     return add
+
+
+def definitions() -> dict[str, dict[str, str | None]]:
+    """Which code computed each registered metric, as results.json records it
+    (``metric_definitions``), so the analysis never averages two metrics that share a name:
+    ``{name: {"function": "my_lab.metrics.first_acc", "source_sha1": "0f3a..."}}``. The hash
+    covers the function's tokens (comments and layout aside; None when Python cannot read the
+    source), so a definition edited between runs is told apart too."""
+    return {
+        name: {"function": _dotted(fn), "source_sha1": _source_sha1(fn)}
+        for name, fn in EXTRA.items()
+    }
+
+
+def _dotted(fn: Callable) -> str:
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def _source_sha1(fn: Callable) -> str | None:
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return None
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT}
+    try:
+        tokens = tokenize.generate_tokens(io.StringIO(textwrap.dedent(source)).readline)
+        code = " ".join(t.string for t in tokens if t.type not in skip)
+    except (tokenize.TokenError, SyntaxError):
+        code = source
+    return hashlib.sha1(code.encode()).hexdigest()[:12]
 
 
 def example_metrics(

@@ -12,6 +12,7 @@ import torch
 
 import rlt
 from rlt import portable, rundir
+from rlt.tasks import metrics as task_metrics
 from rlt.training.callbacks import POLICIES, ValidationAndCheckpoints, load_weights
 from rlt.training.evaluate import evaluate_lengths
 
@@ -64,6 +65,9 @@ def evaluate_policies(
         "test": selected["rows"],
         "test_by_policy": by_policy,
         "feedback_schedule": spec.schedule.to_list() if spec.schedule is not None else None,
+        # which plugin code computed each registered metric: runs that share a metric's name
+        # but not its definition are never averaged (rlt/analysis/definitions.py)
+        "metric_definitions": task_metrics.definitions(),
         "versions": versions(),
         "arithmetic": portable.describe(),
         "config_hash": hashlib.sha1(s.config_yaml.encode()).hexdigest()[:12],

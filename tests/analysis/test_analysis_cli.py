@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from rlt.analysis.cli import figures_main, tables_main
-from tests.analysis.analysis_synthetic import write_run
+from tests.analysis.analysis_synthetic import (
+    MODELS,
+    SEEDS,
+    TASKS,
+    make_sweep,
+    results_json,
+    write_run,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -108,3 +117,125 @@ def test_unwritable_output_gets_one_line_naming_out(tmp_path, capsys):
     assert "pass --out DIR" in capsys.readouterr().err
     assert figures_main([str(tmp_path / "sweep"), "--out", str(blocker / "y")]) == 2
     assert "pass --out DIR" in capsys.readouterr().err
+
+
+# Issue 55 ---------------------------------------------------------------------------------
+
+
+def _with_metric(run_dir: Path, plugin: str, metric: str, value: float) -> None:
+    """A finished run of the synthetic sweep that trained with `plugin`, whose `metric` scored
+    `value` at every validation step and test length (as results.json records a plugin's
+    metric beside acc)."""
+    path = run_dir / "results.json"
+    res = json.loads(path.read_text())
+    res["run"]["plugins"] = [plugin]
+    for point in res["val_curve"]:
+        point[metric] = value
+    for block in res["test_by_policy"].values():
+        lengths = sorted({r["length"] for r in block["rows"]})
+        block["rows"] += [{"length": n, "metric": metric, "value": value} for n in lengths]
+    res["test"] = res["test_by_policy"]["min_val_loss"]["rows"]
+    path.write_text(json.dumps(res))
+
+
+def test_a_metric_two_plugins_define_differently_is_refused_not_averaged(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """Issue 55 item 2: two runs whose plugins each register `issue55_first` (always wrong,
+    always right) were averaged into one cell (37.50 ± 53.03 from 0.0 and 0.75), and the only
+    warning blamed PYTHONPATH for a plugin that imports fine. Now tables of that metric are
+    refused in one line naming it, both definitions and their runs; other metrics still
+    tabulate, and no warning sends the user to PYTHONPATH."""
+    from rlt.tasks import metrics
+
+    monkeypatch.setattr(metrics, "EXTRA", {})  # the plugins register into this test's registry
+    monkeypatch.syspath_prepend(str(tmp_path / "lab"))
+    (tmp_path / "lab").mkdir()
+    modules = {"issue55_lab_a": "logits[:, 0, 0] * 0", "issue55_lab_b": "logits[:, 0, 0] * 0 + 1"}
+    for module, body in modules.items():
+        (tmp_path / "lab" / f"{module}.py").write_text(
+            "from rlt.tasks.metrics import register_metric\n\n\n"
+            '@register_metric("issue55_first")\n'
+            f"def first(logits, batch):\n    return {body}\n"
+        )
+    root = tmp_path / "sweep"
+    a = write_run(root, "parity", "rlt1", "4+4", 42)
+    b = write_run(root, "parity", "rlt1", "4+4", 43)
+    _with_metric(a, "issue55_lab_a", "issue55_first", 0.0)
+    _with_metric(b, "issue55_lab_b", "issue55_first", 0.75)
+    out = str(tmp_path / "out")
+    try:
+        assert tables_main([str(root), "--out", out, "--metric", "acc"]) == 0
+        cap = capsys.readouterr()
+        assert "| parity (256) |" in cap.out  # both seeds' acc are one table, as before
+        (warning,) = [w for w in cap.out.splitlines() if "warning" in w]
+        assert "issue55_lab_b" in warning and "issue55_first" in warning
+        assert "PYTHONPATH" not in cap.out + cap.err  # it imports: the name is the trouble
+        assert tables_main([str(root), "--out", out, "--metric", "issue55_first"]) == 2
+        cap = capsys.readouterr()
+        (line,) = cap.err.strip().splitlines()
+        assert "issue55_first" in line
+        assert "issue55_lab_a" in line and "issue55_lab_b" in line
+        assert str(a) in line and str(b) in line
+        assert "37.50" not in cap.out
+    finally:
+        for module in modules:
+            sys.modules.pop(module, None)
+
+
+@pytest.mark.parametrize(
+    "damage, says",
+    [
+        ("seed '5.0'", 'run.seed is "5.0", not an integer'),
+        ("no seed", "run.seed"),
+        ("bad JSON", "results.json unreadable"),
+    ],
+)
+def test_a_damaged_results_json_beside_a_good_run_is_listed_not_a_traceback(
+    tmp_path: Path, capsys, damage: str, says: str
+) -> None:
+    """Issue 55 item 3: runs made with hydra.run.dir=... (no task/model/split/seed<N> path to
+    fall back on) next to a damaged results.json raised ValueError (int('5.0') while reading
+    it, or a seed column of floats in the per-seed table). The damaged run is now listed as
+    incomplete with what is wrong with which file, and the good run is tabulated."""
+    root = tmp_path / "mine"
+    good, bad = root / "good", root / "bad"
+    for run_dir, seed in ((good, 42), (bad, 43)):
+        run_dir.mkdir(parents=True)
+        res = results_json("parity", "rlt1", "4+4", seed, run_dir)
+        if run_dir == bad and damage == "seed '5.0'":
+            res["run"]["seed"] = "5.0"
+        if run_dir == bad and damage == "no seed":
+            del res["run"]["seed"]
+        text = json.dumps(res)
+        (run_dir / "results.json").write_text(text[:50] if run_dir == bad and damage == "bad JSON" else text)  # fmt: skip
+    out = tmp_path / "out"
+    assert tables_main([str(root), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    incomplete = text[text.index("## Incomplete") :].split("\n## ")[0]
+    (row,) = [r for r in incomplete.splitlines() if str(bad) in r]
+    assert says in row and str(good) not in incomplete
+    per_seed = pd.read_csv(out / "table2_test_min_val_loss_per_seed.csv", index_col="cell")
+    assert list(per_seed.columns[:1]) == ["seed 42"] and per_seed["n"].tolist() == [1]
+
+
+@pytest.mark.parametrize("seed", ["x", None], ids=["seed x", "seed null"])
+def test_a_grid_cell_without_an_integer_seed_is_a_warning_not_a_traceback(
+    tmp_path: Path, capsys, seed: object
+) -> None:
+    """Issue 55 item 3: a grid.json cell whose seed is "x" or null raised ValueError/TypeError
+    (int(seed)). The grid is reported in one line naming the file, the cell and its seed, as a
+    grid file that does not parse is, and the runs on disk are tabulated."""
+    root = make_sweep(tmp_path / "s", holes=False, grid=False)
+    cells = [
+        {"task": t, "model": m, "split": s, "seed": n}
+        for t in TASKS for m, s in MODELS for n in SEEDS
+    ]  # fmt: skip
+    cells[1]["seed"] = seed
+    (root / "grid.json").write_text(json.dumps({"cells": cells}))
+    assert tables_main([str(root), "--out", str(tmp_path / "out")]) == 0
+    cap = capsys.readouterr()
+    (line,) = [w for w in cap.err.splitlines() if "grid.json" in w]
+    assert str(root / "grid.json") in line and f"cell 1 has seed {json.dumps(seed)}" in line
+    table = pd.read_csv(tmp_path / "out" / "table2_test_min_val_loss.csv")
+    assert len(table) == len(TASKS) * len(MODELS) and set(table["n"]) == {len(SEEDS)}

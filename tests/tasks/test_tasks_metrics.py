@@ -124,3 +124,32 @@ def test_greedy_exact_groups_prompts_and_compares_answer_and_eos():
     wrong[tuple(exs[3].prompt)] = exs[3].response + [vocab.DIGIT_IDS[7]]  # extra after EOS: fine
     assert greedy_exact(ScriptedGenerator(wrong), batch).tolist() == [0.0, 0.0, 1.0, 1.0]
     assert greedy_exact(ScriptedGenerator(wrong, stop_early=True), batch).tolist() == [0, 0, 1, 1]
+
+
+def test_a_registered_metric_records_its_function_and_a_hash_of_its_code(tmp_path, monkeypatch):
+    """Issue 55: results.json records which code computed each plugin metric, so the analysis
+    can refuse to average two definitions of one name. Comments and layout do not change the
+    record; the code does."""
+    import importlib.util
+
+    from rlt.tasks import metrics
+
+    monkeypatch.setattr(metrics, "EXTRA", {})
+
+    def load(module: str, body: str):
+        path = tmp_path / f"{module}.py"
+        path.write_text(f"def first(logits, batch):\n{body}")
+        spec = importlib.util.spec_from_file_location(module, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod.first
+
+    same = "    return logits[:, 0, 0]  # the first logit\n"
+    relaid = "    # a comment and a blank line more\n\n    return logits[:,0,0]\n"
+    other = "    return logits[:, 0, 1]\n"
+    for name, module, body in (("m_a", "issue55_a", same), ("m_b", "issue55_b", relaid),
+                               ("m_c", "issue55_c", other)):  # fmt: skip
+        metrics.register_metric(name)(load(module, body))
+    d = metrics.definitions()
+    assert d["m_a"]["function"] == "issue55_a.first" and d["m_c"]["function"] == "issue55_c.first"
+    assert d["m_a"]["source_sha1"] == d["m_b"]["source_sha1"] != d["m_c"]["source_sha1"]

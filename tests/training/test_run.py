@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from rlt import rundir
+from rlt.tasks import metrics
 from rlt.training.run import run
 from rlt.training.spec import ConfigError, prepare
 from tests.training.helpers import compose_cfg, group_options, load_results
@@ -55,6 +56,7 @@ def test_results_layout_and_skip_when_done(tmp_path, capsys):
     assert res["test_by_policy"]["final"]["step"] == 4
     assert res["test"] == res["test_by_policy"]["min_val_loss"]["rows"]
     assert res["params"] > 0 and res["timing"]["sec_per_step"] > 0
+    assert res["metric_definitions"] == metrics.definitions()  # {} unless a plugin adds one
     assert json.loads((run_dir / rundir.STATUS).read_text())["state"] == "done"
     for name in ("min_val_loss.pt", "final.pt", "max_val_acc.pt", "last.ckpt"):
         assert (run_dir / "checkpoints" / name).exists()
