@@ -90,6 +90,49 @@ def test_the_kernel_references_cover_every_case_and_see_the_arithmetic() -> None
     assert not any(n.startswith(("rms_norm", "embedding", "sigmoid")) for n in differ), differ
 
 
+def test_the_first_difference_is_named_by_step_and_metric() -> None:
+    from rlt.portable.check import first_difference
+
+    want = json.loads((REFERENCE / "portable_laptop200.json").read_text())["numbers"]
+    assert first_difference(want, want) is None
+    got = json.loads(json.dumps(want))
+    got["val_curve"][1]["acc"] += 2**-20
+    got["train_curve"][5]["loss"] += 2**-20
+    step = want["train_curve"][5]["step"]
+    assert first_difference(got, want).startswith(f"training loss at step {step}: ")
+    got["train_curve"][5]["loss"] = want["train_curve"][5]["loss"]
+    val_step = want["val_curve"][1]["step"]
+    assert first_difference(got, want).startswith(f"validation acc at step {val_step}")
+
+
+def test_the_check_command_names_the_kernel_and_the_step_that_differ(tmp_path, capsys) -> None:
+    """``python -m rlt.portable --check`` against references with one kernel hash and one
+    training loss changed: exit status 1, the kernel and the step named; against the committed
+    references on a verified host: 0, "reproduces"."""
+    from rlt.portable import check
+
+    ops_ref = json.loads(OPS_REFERENCE.read_text())
+    changed = sorted(ops_ref["hashes"])[0]
+    ops_ref["hashes"][changed] = "0" * 16
+    (tmp_path / "portable_ops.json").write_text(json.dumps(ops_ref))
+    tiny = json.loads((REFERENCE / "portable_tiny.json").read_text())
+    tiny["numbers"]["train_curve"][1]["loss"] += 1e-6
+    (tmp_path / "portable_tiny.json").write_text(json.dumps(tiny))
+    mp = pytest.MonkeyPatch()
+    mp.setattr(check, "REFERENCE", tmp_path)
+    mp.setattr(check, "OPS_REFERENCE", tmp_path / "portable_ops.json")
+    try:
+        assert check.check(quick=True) == 1
+    finally:
+        mp.undo()
+    out = capsys.readouterr().out
+    assert f"differs: {changed}" in out
+    if host() in VERIFIED:
+        assert "run tiny: differs: training loss at step 2: " in out, out
+        assert check.check(quick=True) == 0
+        assert "this host reproduces portable arithmetic's references" in capsys.readouterr().out
+
+
 def test_portable_pins_the_code_path_before_torch_runs() -> None:
     """Importing rlt pins ATen's kernels to AVX2, by default and with RLT_PORTABLE=1, even after
     `import torch` (nothing ran yet); with RLT_PORTABLE=0, ATen picks the CPU's best."""

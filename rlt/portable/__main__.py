@@ -9,7 +9,9 @@ from rlt.portable import check
 parser = argparse.ArgumentParser(prog="python -m rlt.portable", description=__doc__)
 mode = parser.add_mutually_exclusive_group(required=True)
 mode.add_argument("--check", action="store_true", help="compare this host with the references")
-mode.add_argument("--write-ops", action="store_true", help="remake tests/reference/portable_ops.json")
+mode.add_argument(
+    "--write-ops", action="store_true", help="remake tests/reference/portable_ops.json"
+)
 parser.add_argument("--quick", action="store_true", help="with --check: skip the 200-step run")
 args = parser.parse_args()
 if args.write_ops:

@@ -78,11 +78,30 @@ def _cpuinfo_numbers() -> str:
     return "/".join(fields.get(k, "?") for k in ("cpu family", "model", "stepping"))
 
 
+def portable_env() -> dict[str, str]:
+    """This environment with portable arithmetic's defaults, one thread, W&B off: what the
+    references were made in, whatever this process has."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR")}
+    env.update(RLT_PORTABLE="1", OMP_NUM_THREADS="1", WANDB_MODE="disabled")
+    return env
+
+
+def kernel_hashes() -> dict[str, str]:
+    """rlt/portable/ops.py's hashes, computed in a fresh process in portable arithmetic's
+    defaults (MKL reads its setting once per process)."""
+    code = "import json, rlt; from rlt.portable import ops; print(json.dumps(ops.hashes()))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=portable_env(), capture_output=True, text=True
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"the kernel cases failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def run_case(name: str, root: Path) -> dict:
     """Train reference case ``name`` under ``root`` in portable arithmetic, one thread, in a
     fresh process (MKL reads its setting once); its numbers (NUMBERS of results.json)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR")}
-    env.update(RLT_PORTABLE="1", OMP_NUM_THREADS="1", WANDB_MODE="disabled")
+    env = portable_env()
     cmd = [sys.executable, "train.py", *CASES[name], *COMMON, f"root={root}"]
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if out.returncode != 0:
@@ -128,32 +147,39 @@ def write_ops_reference() -> Path:
 
 
 def check(quick: bool = False) -> int:
+    """Print the comparison (one screen); 0: reproduces, 1: differs, 2: cannot check here."""
     from rlt.portable import ops
 
     print(f"host: {portable.cpu_model()} ({_cpuinfo_numbers()}, widest {host()[1]})")
-    print(f"arithmetic: portable {portable.status}; MKL_CBWR={os.environ.get('MKL_CBWR')}")
-    if not portable.active():
-        print(f"cannot check: portable arithmetic is {portable.status}")
+    print("checking portable arithmetic's defaults (" + ", ".join(
+        f"{k}={v}" for k, v in portable.SETTINGS.items()) + "), one thread")  # fmt: skip
+    if not portable.has_avx2():
+        print("cannot check: portable arithmetic needs an x86-64 CPU with AVX2")
         return 2
     if not OPS_REFERENCE.exists():
         print(f"cannot check: no references at {REFERENCE} (run it from a clone of the repository)")
         return 2
     reference = json.loads(OPS_REFERENCE.read_text())
-    differ = ops.differing(ops.hashes(), reference["hashes"])
+    differ = ops.differing(kernel_hashes(), reference["hashes"])
     made = reference["made_on"]
     print(f"references made on: {made['cpu_model']} ({made['cpu_family_model_stepping']}), "
           f"{made['date']}, MKL_CBWR={made['mkl_cbwr']}")  # fmt: skip
     total = len(reference["hashes"])
     print(f"kernels: {total - len(differ)} of {total} reproduce")
-    for name in differ:
+    for name in differ[:12]:
         print(f"  differs: {name}")
+    if len(differ) > 12:
+        print(f"  ... and {len(differ) - 12} more")
     failed = bool(differ)
     for name in ("tiny",) if quick else tuple(CASES):
         want = json.loads((REFERENCE / f"portable_{name}.json").read_text())["numbers"]
         with tempfile.TemporaryDirectory() as tmp:
             got = run_case(name, Path(tmp))
         where = first_difference(got, want)
-        print(f"run {name}: " + ("reproduces (every number)" if where is None else f"differs: {where}"))
+        print(
+            f"run {name}: "
+            + ("reproduces (every number)" if where is None else f"differs: {where}")
+        )
         failed |= where is not None
     print("this host reproduces portable arithmetic's references" if not failed else
           "this host does NOT reproduce them: open an issue with this screen")  # fmt: skip

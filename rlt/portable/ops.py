@@ -50,7 +50,9 @@ def _linear_cases(preset: str) -> dict[str, Callable[[], tuple[Tensor, ...]]]:
                 y.backward(fixed(rows, n_out, seed=7))
                 return y, x.grad, w.grad, bias.grad
 
-            cases[f"linear {preset} {name} {rows}x{n_in}->{n_out} (fwd, grad in, grad w, grad b)"] = run
+            cases[
+                f"linear {preset} {name} {rows}x{n_in}->{n_out} (fwd, grad in, grad w, grad b)"
+            ] = run
     return cases
 
 

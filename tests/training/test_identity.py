@@ -432,7 +432,9 @@ def test_a_portable_run_begun_before_strict_resumes_only_with_mkl_cbwr_avx2(tmp_
     monkeypatch.setattr(portable, "status", "on")
     monkeypatch.setenv("MKL_CBWR", "AVX2,STRICT")
     before = snapshot(tmp_path)
-    with pytest.raises(ConfigError, match=r"MKL_CBWR=AVX2 and this .* resume it with MKL_CBWR=AVX2"):
+    with pytest.raises(
+        ConfigError, match=r"MKL_CBWR=AVX2 and this .* resume it with MKL_CBWR=AVX2"
+    ):
         run(tiny(tmp_path))
     assert snapshot(tmp_path) == before
     monkeypatch.setenv("MKL_CBWR", "avx2")  # spelled as a user might
