@@ -22,7 +22,9 @@ part of the state put back to its initial value at chosen positions:
 
 They write ``RUN_DIR/state_<policy>_drop-<parts>_at-<where>.json`` (``state_<policy>_drop-none
 .json``), one file per intervention, never read by the run's own tables: the rows at each length
-and ``by_position``, the accuracy at every scored input position. Only a finished run
+and ``by_position``, the accuracy at every scored input position and whether anything was
+dropped at that length (``dropped``: a position past a length's sequences cuts none of them,
+said on screen too; a position no test sequence reaches is refused). Only a finished run
 (status done) is scored, and it is locked while it is: no training can start meanwhile. One
 thread unless ``--threads`` says otherwise (a shared machine stays usable).
 """
@@ -75,6 +77,32 @@ def asked_lengths(overrides: list[str]) -> list[int] | None:
     return sorted(set(value))
 
 
+def dropped_at(how, dm, lengths: list[int]) -> dict[int, bool]:
+    """Per test length, whether ``how`` cuts any of its sequences; refuses a position (or
+    period) that no test sequence reaches, whose file would be the streamed control's under an
+    intervention's name, and says which lengths it leaves uncut."""
+    tokens = {n: max(len(e.tokens) for e in dm.test_examples(n)) for n in lengths}
+    dropped = {n: how.drops_in(tokens[n]) for n in lengths}
+    missed = [n for n in lengths if not dropped[n]]
+    if how.where == "never" or not missed:
+        return dropped
+    top = max(lengths, key=lambda n: (tokens[n], n))
+    if len(missed) == len(lengths):
+        raise Refused(
+            f"state.at={how.at}: no test sequence reaches position {how.k} (the longest, at "
+            f"test length {top}, has {tokens[top]} tokens: positions 0-{tokens[top] - 1}), so "
+            f"nothing would be dropped; give state.at below {tokens[top]}, longer "
+            "task.test_lengths, or state.drop=none for the streamed control"
+        )
+    print(
+        f"note: state.at={how.at}: nothing is dropped at test length"
+        f"{'s' if len(missed) > 1 else ''} {', '.join(map(str, missed))} (their sequences end "
+        f"before position {how.k}): those rows are the streamed control's",
+        flush=True,
+    )
+    return dropped
+
+
 def merged(path: Path, stamp: dict, rows: list[dict], key: str = "rows") -> list[dict]:
     """The new rows plus those an earlier call wrote of the same checkpoint at other lengths
     (``key``: the file's list of per-length entries)."""
@@ -123,6 +151,7 @@ def score(run_dir: Path, policy: str, overrides: list[str]) -> int:
         max_steps=spec.cfg.scale.max_steps,
         eval_batch_size=spec.cfg.scale.eval_batch,
     )
+    dropped = None if how is None else dropped_at(how, dm, spec.test_lengths)
     with_exact = "exact" in getattr(spec.task, "metrics", ())
     start = time.perf_counter()
 
@@ -147,6 +176,7 @@ def score(run_dir: Path, policy: str, overrides: list[str]) -> int:
     else:
         positions: list[dict] = []
         rows = evaluate_intervened(kept.model, loaders, how, by_position=positions, **kwargs)
+        positions = [{**block, "dropped": dropped[block["length"]]} for block in positions]
         out = run_dir / f"state_{policy}_{how.name}.json"
         stamp |= {"intervention": {"drop": list(how.parts), "at": how.at}}
         extra = {"by_position": merged(out, stamp, positions, "by_position")}

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import os
 import platform
 import statistics
@@ -46,7 +47,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import rlt.allocator
 import rlt.portable
-from rlt.bench_stream import bench_stream, print_stream, timed
+from rlt.bench_stream import bench_stream, print_stream, timed, too_large
 from rlt.models import (
     DeltaNetConfig,
     LSTMConfig,
@@ -161,6 +162,38 @@ def _warmup(value: str) -> int | str:
         return int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"a number of rounds or auto, got {value!r}") from None
+
+
+def _positions(value: str) -> list[int]:
+    """``--positions``: a comma list of whole positions >= 1, sorted (``16,64,256``)."""
+    items = value.split(",")
+    if any(not item.strip() for item in items):
+        raise argparse.ArgumentTypeError(f"{value!r} has an empty item; give e.g. 16,64,256")
+    out = []
+    for item in items:
+        try:
+            position = int(item)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{item.strip()!r} is not a whole number; give e.g. 16,64,256"
+            ) from None
+        if position < 1:
+            raise argparse.ArgumentTypeError(f"{position} is not >= 1 (a decode position)")
+        out.append(position)
+    return sorted(set(out))
+
+
+def _megabytes(value: str) -> float:
+    """``--bandwidth-mb``: a finite number of megabytes > 0."""
+    try:
+        mb = float(value)
+    except ValueError:
+        mb = math.nan
+    if not math.isfinite(mb):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a finite number of megabytes")
+    if mb <= 0:
+        raise argparse.ArgumentTypeError(f"{value} is not > 0 (megabytes read)")
+    return mb
 
 
 def heap_settled(warm: dict[str, list[dict[str, float]]]) -> bool:
@@ -452,10 +485,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         f"at least 1 and at most {WARMUP_MAX} rounds",
     )
     parser.add_argument("--mode", choices=["train", "stream", "both"], default="train")
-    parser.add_argument("--positions", default="16,64,256,512", help="decode positions (stream)")
+    parser.add_argument(
+        "--positions", type=_positions, default="16,64,256,512", help="decode positions (stream)"
+    )
     parser.add_argument("--stream-batch", type=int, default=1)
     parser.add_argument(
-        "--bandwidth-mb", type=int, default=512, help="stream mode: buffer read for the bandwidth"
+        "--bandwidth-mb",
+        type=_megabytes,
+        default=512,
+        help="stream mode: buffer read for the bandwidth",
     )
     parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip peak memory")
     parser.add_argument("--plain", action="store_true", help="RLT-1/2 on the plain autograd path")
@@ -492,7 +530,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             f"--variants: unknown {sorted(unknown)}; choose from {','.join(VARIANTS)} "
             f"({','.join(STREAM_ONLY)} too with --mode stream)"
         )
-    args.positions = sorted(int(p) for p in args.positions.split(","))
     if args.cuda_graph and args.device != "cuda":
         parser.error("--cuda-graph needs --device cuda")
     if args.compile and args.plain:
@@ -509,7 +546,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Bad values end with one usage line naming the option, not a traceback."""
-    for name in ("threads", "repeats", "batch", "length", "d_model", "n_heads", "stream_batch"):
+    for name in (
+        "threads", "repeats", "batch", "length", "d_model", "n_heads", "stream_batch",
+        "rlt2_interval",
+    ):  # fmt: skip
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
@@ -518,13 +558,13 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     if args.d_model % args.n_heads:
         parser.error(f"--n-heads ({args.n_heads}) must divide --d-model ({args.d_model})")
     try:
-        parse_split(args.split)
+        n_enc, n_dec = parse_split(args.split)
     except ValueError as e:
         parser.error(f"--split: {e}")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error(f"--device {args.device}: this machine has no CUDA (use --device cpu)")
-    if any(p < 1 for p in args.positions):
-        parser.error("--positions must be positive integers")
+    if args.mode in ("stream", "both") and (why := too_large(args, n_enc, n_dec)) is not None:
+        parser.error(why)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -9,12 +9,15 @@ one-thread read bandwidth. Also the two timing helpers both modes share.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from rlt.tasks import vocab
 
 
 def synchronize(device: str) -> None:
@@ -50,6 +53,76 @@ def split_bytes(state: Any) -> tuple[int, int]:
     if type(state).__name__ == "TransformerState":
         return state.nbytes(), 0
     return 0, state.nbytes()
+
+
+def growing_layers(variant: str, n_enc: int, n_dec: int) -> int:
+    """Layers of keys and values (each d wide) that a family keeps for every position: the
+    growing part of its state (:func:`split_bytes`). Every layer of the Transformer; an RLT's
+    encoder blocks and its memory; none for the LSTM and DeltaNet, whose states are bounded."""
+    if variant == "transformer":
+        return n_enc + n_dec
+    if variant.startswith("rlt"):
+        return n_enc + 1
+    return 0
+
+
+def stream_bytes(args: argparse.Namespace, n_enc: int, n_dec: int) -> dict[str, int]:
+    """At least the bytes stream mode holds at once, from its arguments alone: the token batch
+    (int64); one variant's prefill to the last position: its logits over the vocabulary, one
+    hidden state per token and the keys and values its state keeps (float32), and, where it
+    attends over the prefix, the causal mask of every (query, key) pair in its bool and float
+    forms (5 bytes a pair: the prefill attends with a mask); and, on CPU, the bandwidth buffer.
+    A block's other activations come on top: the point is that a size no machine holds is
+    refused before any work rather than by the allocator."""
+    last = max(args.positions)
+    tokens = args.stream_batch * (last + 1)
+    kv = max(growing_layers(v, n_enc, n_dec) for v in args.variants)
+    per_token = 8 + 4 * (vocab.VOCAB_SIZE + args.d_model + 2 * kv * args.d_model)
+    mask = 5 * last * last if kv else 0
+    buffer = int(args.bandwidth_mb * 2**20) if args.device == "cpu" else 0
+    return {"sequences": per_token * tokens, "mask": mask, "buffer": buffer}
+
+
+def available_bytes(device: str = "cpu") -> int | None:
+    """Memory free for new allocations on ``device``: CUDA's free memory, or the host's
+    MemAvailable (/proc/meminfo; the free pages elsewhere); None where it cannot be read."""
+    try:
+        if device.startswith("cuda"):
+            return torch.cuda.mem_get_info(torch.device(device))[0]
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, RuntimeError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def too_large(args: argparse.Namespace, n_enc: int, n_dec: int) -> str | None:
+    """Why stream mode's arguments ask for more memory than the device has, naming the
+    argument to lower; None when they fit or the free memory cannot be read."""
+    have = available_bytes(args.device)
+    need = stream_bytes(args, n_enc, n_dec)
+    total = sum(need.values())
+    if have is None or total <= have:
+        return None
+    last = max(args.positions)
+    if need["buffer"] > total / 2:
+        lower = f"--bandwidth-mb (now {args.bandwidth_mb:g})"
+    elif args.stream_batch > last:
+        lower = f"--stream-batch (now {args.stream_batch})"
+    else:
+        lower = f"--positions (the largest now {last})"
+    return (
+        f"--mode stream would hold at least {total / 1e9:.1f} GB (--stream-batch "
+        f"{args.stream_batch} x {last + 1} tokens: {need['sequences'] / 1e9:.1f} GB; the "
+        f"prefill's causal mask: {need['mask'] / 1e9:.1f} GB; the bandwidth buffer: "
+        f"{need['buffer'] / 1e9:.1f} GB) and {args.device} has {have / 1e9:.1f} GB available: "
+        f"lower {lower}"
+    )
 
 
 def read_gb_s(nbytes: int = 512 * 2**20, repeats: int = 5) -> float:
@@ -116,7 +189,7 @@ def bench_stream(args: argparse.Namespace, models: dict[str, torch.nn.Module]) -
     growth = {name: r["decode_s"][final] / r["decode_s"][first] for name, r in rows.items()}
     out = {"rows": rows, f"decode_{final}/decode_{first}": growth}
     if args.device == "cpu":
-        gb_s = read_gb_s(args.bandwidth_mb * 2**20)
+        gb_s = read_gb_s(max(4, int(args.bandwidth_mb * 2**20)))
         out["read_gb_s_one_thread"] = gb_s
         # seconds per prefilled token if only reading the step's weights once per token
         # (every sequence of the batch shares them) limited the speed
@@ -153,7 +226,7 @@ def print_stream(result: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"{key}: " + ", ".join(f"{k} = {v:.2f}" for k, v in result[key].items()))
     if "read_gb_s_one_thread" in result:
         print(
-            f"read bandwidth, one thread (sum of a {args.bandwidth_mb} MB buffer): "
+            f"read bandwidth, one thread (sum of a {args.bandwidth_mb:g} MB buffer): "
             f"{result['read_gb_s_one_thread']:.1f} GB/s; prefill ms per token, measured / "
             "reading the step's weights once per token at that bandwidth: "
             + ", ".join(

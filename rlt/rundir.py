@@ -11,7 +11,8 @@ split for the RLT family, ``L<n>`` for depth-only baselines) unless Hydra's ``hy
     status.json         state (RUN_STATES), step, max_steps, best_val_acc, error, traceback,
                         slurm (job id, queue id, restart count, node) inside a SLURM job,
                         portable and mkl_cbwr (the CPU arithmetic it started in,
-                        rlt/portable/)
+                        rlt/portable/), added_tokens (its task's tokens past the shared
+                        140, in id order)
     results.json        everything analysis needs (README "results.json")
     results.replaced.json  the results a force=true retrain replaces (moved aside at its start)
     eval_<policy>.json  test rows eval.py scored later from checkpoints/<policy>.pt, and

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from rlt import bench
+from rlt import bench, bench_stream
 from rlt.models import RLTConfig, build_model, native
 from rlt.models.native import native_available, token_loop
 
@@ -154,6 +154,9 @@ def test_stream_bench_measures_every_family_and_splits_the_state_bytes(tmp_path)
         assert bound["8"] == bound["4"], name  # constant
         assert grow["8"] + bound["8"] == r["state_bytes_per_seq"]["8"], name
     assert rows["lstm"]["growing_state_bytes_per_seq"]["8"] == 0
+    for name, r in rows.items():  # the size check's count of the growing keys and values
+        layers = bench_stream.growing_layers(name, 1, 1)
+        assert r["growing_state_bytes_per_seq"]["8"] == 8 * layers * 2 * 32 * 4, name
     assert rows["transformer"]["recurrent_state_bytes_per_seq"]["8"] == 0
     assert rows["rlt1"]["growing_state_bytes_per_seq"]["8"] > 0
     # the weights a token's sequential step reads: an RLT's decoder (one of its two blocks
@@ -164,6 +167,53 @@ def test_stream_bench_measures_every_family_and_splits_the_state_bytes(tmp_path)
     bound = saved["stream"]["prefill_s_per_token_vs_weight_read"]["rlt1"]["weight_read_bound"]
     gb_s = saved["stream"]["read_gb_s_one_thread"]
     assert bound == pytest.approx(rlt1["per_token_step"] / 2 / (gb_s * 1e9))
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ("--positions=abc", "--positions: 'abc' is not a whole number"),
+        ("--positions 16,,32", "--positions: '16,,32' has an empty item"),
+        ("--positions 1e3", "--positions: '1e3' is not a whole number"),
+        ("--positions 0,8", "--positions: 0 is not >= 1"),
+        ("--bandwidth-mb 0", "--bandwidth-mb: 0 is not > 0"),
+        ("--bandwidth-mb -5", "--bandwidth-mb: -5 is not > 0"),
+        ("--bandwidth-mb nan", "--bandwidth-mb: 'nan' is not a finite number"),
+        ("--stream-batch 0", "--stream-batch must be >= 1"),
+    ],
+)
+def test_stream_arguments_are_refused_in_one_line_before_any_work(argv, message, capsys) -> None:
+    """Issue 55: these ended in a ValueError, ZeroDivisionError or negative-dimension traceback
+    after the models were built (or, 16,,32, at the first decode)."""
+    with pytest.raises(SystemExit) as exc:
+        bench.parse_args(["--preset", "small", "--mode", "stream", *argv.split()])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and err[-1].startswith("python -m rlt.bench: error: ")
+    assert message in err[-1], err[-1]
+
+
+@pytest.mark.parametrize(
+    "argv, lower",
+    [
+        ("--positions 1000000000", "--positions"),
+        ("--positions 4,16 --stream-batch 1000000000", "--stream-batch"),
+        ("--bandwidth-mb 1e12", "--bandwidth-mb"),
+    ],
+)
+def test_stream_sizes_beyond_the_memory_are_refused_before_any_work(argv, lower, capsys) -> None:
+    """Issue 55: a size the machine cannot hold ended in an allocator traceback (8 GB, 136 GB
+    asked); refused in one line giving the estimate, the memory available and what to lower."""
+    with pytest.raises(SystemExit) as exc:
+        bench.parse_args(["--preset", "small", "--mode", "stream", *argv.split()])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exc.value.code == 2 and "GB available" in err and f"lower {lower}" in err, err
+    assert bench.parse_args(["--preset", "small", "--mode", "train", *argv.split()])  # unused
+
+
+def test_the_stream_size_check_is_skipped_where_memory_cannot_be_read(monkeypatch) -> None:
+    monkeypatch.setattr(bench_stream, "available_bytes", lambda device="cpu": None)
+    args = bench.parse_args("--preset small --mode stream --positions 1000000000".split())
+    assert args.positions == [1000000000]
 
 
 def test_stream_only_variants_are_refused_in_train_mode(capsys) -> None:

@@ -237,6 +237,33 @@ def test_a_part_the_family_lacks_is_refused_before_scoring(run_dir, capsys):
     assert not list(run_dir.glob("state_*.json"))
 
 
+@pytest.mark.parametrize("at", ["100000", "every:100000"])
+def test_a_position_no_test_sequence_reaches_is_refused_before_scoring(run_dir, capsys, at):
+    """Issue 55: a cut beyond every test sequence drops nothing, and its file was the control's
+    under an intervention's name; refused in one line naming state.at and the longest test
+    length, before anything is written."""
+    longest = max(r["length"] for r in json.loads((run_dir / "results.json").read_text())["test"])
+    assert eval_main([str(run_dir), "state.drop=feedback", f"state.at={at}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"error: state.at={at}:"), err
+    assert f"test length {longest}" in err and "nothing would be dropped" in err
+    assert not list(run_dir.glob("state_*.json"))
+
+
+def test_a_position_some_test_lengths_do_not_reach_is_said(run_dir, capsys):
+    """A cut that the longer test sequences reach and the shorter ones do not: scored, and the
+    lengths where nothing was dropped are said on screen and recorded in the file."""
+    test = json.loads((run_dir / "results.json").read_text())["test"]
+    lengths = sorted({r["length"] for r in test})
+    assert eval_main([str(run_dir), "state.drop=feedback", "state.at=100"]) == 0
+    out = capsys.readouterr().out
+    assert f"nothing is dropped at test length {lengths[0]}" in out
+    block = json.loads((run_dir / "state_min_val_loss_drop-feedback_at-100.json").read_text())
+    assert {b["length"]: b["dropped"] for b in block["by_position"]} == {
+        n: n != lengths[0] for n in lengths
+    }
+
+
 def test_scoring_in_another_arithmetic_is_said_and_starts_the_file_anew(
     run_dir, capsys, monkeypatch
 ):

@@ -67,6 +67,13 @@ class Intervention:
         names = {"boundary": "boundary", "position": str(self.k), "every": f"every:{self.k}"}
         return names.get(self.where, "none")
 
+    def drops_in(self, tokens: int) -> bool:
+        """Whether a sequence of ``tokens`` tokens gets a cut: a position or period at or past
+        its end cuts nothing (the boundary falls inside every sequence; none cuts nowhere)."""
+        if self.where in ("position", "every"):
+            return self.k < tokens
+        return self.where == "boundary"
+
     def cuts(self, length: int, prompt_len: int) -> list[int]:
         """The positions in (0, length) before which the state is dropped."""
         if self.where == "never":

@@ -63,6 +63,14 @@ def add_tokens(names) -> list[int]:
     return ids
 
 
+def added(size: int) -> list[str]:
+    """The tokens past the shared 140 that a model of ``size`` outputs reads, in id order: what
+    a checkpoint's rows beyond id 139 stand for. A plugin imported before a task's adds its own
+    tokens first and moves the task's, so a stopped run resumes only with the table it started
+    with (status.json ``added_tokens``, rlt/training/run.py)."""
+    return TOKENS[VOCAB_SIZE:size]
+
+
 def size_for(names) -> int:
     """The vocabulary a model needs for a task that uses ``names`` beyond the shared tokens."""
     return max([VOCAB_SIZE] + [TOKEN_TO_ID[n] + 1 for n in names])

@@ -25,6 +25,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rlt import portable, rundir
+from rlt.tasks import vocab
 from rlt.training import hydra_env, identity, slurm
 from rlt.training.callbacks import (
     FeedbackDiagnostics,
@@ -84,9 +85,13 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
             # retrain starts without the stops of the training it replaces.
             fresh = {} if continuing else {"stops": []}
             rundir.write_status(run_dir, "running", retrain=True, **fresh)
-        if not resuming:  # the arithmetic a run starts in is the one it resumes in
+        if not resuming:  # a run resumes in the arithmetic and with the token ids it started in
             rundir.write_status(
-                run_dir, "running", portable=portable.active(), mkl_cbwr=portable.mkl_cbwr()
+                run_dir,
+                "running",
+                portable=portable.active(),
+                mkl_cbwr=portable.mkl_cbwr(),
+                added_tokens=_added_tokens(spec),
             )
         if (job := slurm.job_info()) is not None:
             rundir.write_status(run_dir, "running", slurm=job)
@@ -118,6 +123,7 @@ def check(cfg: DictConfig, *, where: bool = True, on_this_machine: bool = True) 
             _check_same_config(spec)
             if cfg.resume and on_this_machine:  # a SLURM job checks on its own node
                 _check_same_arithmetic(spec)
+                _check_same_tokens(spec)
     return spec
 
 
@@ -171,6 +177,8 @@ def _continues_retrain(spec: RunSpec, last: Path) -> bool:
         return False  # a failed retrain starts again from scratch under force=true
     if portable.resume_mismatch(status.get("portable"), status.get("mkl_cbwr")) is not None:
         return False  # begun in the other CPU arithmetic: force=true starts it anew
+    if _tokens_mismatch(spec, status) is not None:
+        return False  # begun with other token ids (another plugin set): started anew too
     if not last.exists() or (spec.run_dir / rundir.RESULTS).exists():
         return False
     try:
@@ -323,6 +331,66 @@ def _check_same_arithmetic(spec: RunSpec) -> None:
             f"cannot resume {spec.run_dir}: {why}. Nothing was changed; force=true retrains it "
             "from scratch in this process's arithmetic."
         )
+
+
+def _added_tokens(spec: RunSpec) -> list[str]:
+    """The tokens past the shared 140 that this run's model reads, numbered as this process's
+    plugins number them (status.json ``added_tokens``; [] for the built-in tasks)."""
+    return vocab.added(spec.task.vocab_size)
+
+
+def _tokens_mismatch(spec: RunSpec, status: dict[str, Any]) -> str | None:
+    """How the token ids a run started with (``status``'s ``added_tokens``) differ from this
+    process's, or None. A run started before the record resumes as it did then."""
+    started = status.get("added_tokens")
+    now = _added_tokens(spec)
+    if not isinstance(started, list) or started == now:
+        return None
+
+    def ids(table: list[str]) -> str:
+        if not table:
+            return "[] (none: a model of the shared 140)"
+        first, last = vocab.VOCAB_SIZE, vocab.VOCAB_SIZE + len(table) - 1
+        return f"{table} ({f'ids {first}-{last}' if last > first else f'id {first}'})"
+
+    return f"its task's tokens past the shared 140 were {ids(started)}, and here {ids(now)}"
+
+
+def _check_same_tokens(spec: RunSpec) -> None:
+    """Refuse to resume a stopped run whose task's tokens this process numbers otherwise than
+    the run started with: a plugin added whose tokens sort before the task's moves the task's
+    ids (two swapped ids resume silently and train on with the embedding rows exchanged; a
+    larger table fails to load). A plugin that leaves the table as it was (a family, a metric,
+    tokens after the task's) changes nothing and is accepted. A finished run is only skipped."""
+    last = spec.run_dir / rundir.CKPT_DIR / rundir.LAST_CKPT
+    if not last.exists():
+        return
+    status = rundir.read_json(spec.run_dir / rundir.STATUS, corrupt_ok=True)
+    if status is None:
+        return  # an unreadable status: which ids the run started with is not known
+    results = spec.run_dir / rundir.RESULTS
+    if status.get("state") == "done" and rundir.read_json(results, corrupt_ok=True) is not None:
+        return  # skipped: its checkpoint is not loaded
+    why = _tokens_mismatch(spec, status)
+    if why is None:
+        return
+    try:
+        stored = identity.stored_config(spec.run_dir) or {}
+    except identity.UnreadableConfig:
+        stored = {}
+    started = _plugins_override(stored.get("plugins"))
+    asked = _plugins_override(spec.cfg.get("plugins"))
+    raise ConfigError(
+        f"cannot resume {spec.run_dir}: it started with {started} and this run asks for "
+        f"{asked}; {why}, so its checkpoint's embedding and output rows would stand for other "
+        f"tokens. Nothing was changed: resume it with {started}, train the new plugin set "
+        "elsewhere (root=DIR or sweep_name=NAME), or retrain it here with force=true."
+    )
+
+
+def _plugins_override(names: Any) -> str:
+    """``plugins=[a,b]`` as a command line gives it."""
+    return "plugins=[" + ",".join(str(n) for n in (names or [])) + "]"
 
 
 def _variant_hint(diffs: list[str], requested: dict[str, Any]) -> str | None:

@@ -1,11 +1,14 @@
-"""train.py's edges that issue 40 found silent or crashing: a SIGTERM exits non-zero, damaged
-status files are repaired rather than crashing, plugins cannot swap token ids or share a metric
-name, a ``-m`` command with ``hydra.searchpath`` is still checked cell by cell, and a scheduler
-that needs a monitored metric is refused before anything is written."""
+"""train.py's edges that issues 40 and 55 found silent or crashing: a SIGTERM exits non-zero,
+damaged status files are repaired rather than crashing, plugins cannot swap token ids or share
+a metric name, a run is resumed only with the token table it started with, a ``-m`` command
+with ``hydra.searchpath`` is still checked cell by cell, and a scheduler that needs a monitored
+metric is refused before anything is written."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +19,7 @@ from rlt import rundir
 from rlt.sweep import cell_states
 from rlt.training.run import SIGTERM_EXIT, check
 from rlt.training.spec import ConfigError
+from tests.test_extending import blocks
 from tests.training.helpers import compose_cfg
 from tests.training.test_trust import refused_by_precheck, tiny, train_py
 
@@ -90,6 +94,87 @@ def test_the_order_plugins_are_listed_in_cannot_change_token_ids(tmp_path):
         return proc.stdout
 
     assert ids("lab_a", "lab_b") == ids("lab_b", "lab_a")
+
+
+# A stopped run resumed with another plugin set (issue 55) ------------------------------------
+# docs/EXTENDING.md's task plugin (tokens "a", "b": ids 140, 141) and two plugins that sort
+# before it: one adds a token of its own (the task's tokens move to 141, 142 and its models grow
+# to 143 outputs), one adds the task's two tokens in the other order (the same 142 outputs, with
+# "a" and "b" swapped: the resume used to be accepted and train on with the ids exchanged).
+COUNT_TASK = ["task=count_mod3", "experiment=tiny", "root=runs", "print_table=false"]
+EXTRA_PLUGINS = {
+    "aa_more": "from rlt.tasks import vocab\nvocab.add_tokens(['z'])\n",
+    "aa_swap": "from rlt.tasks import vocab\nvocab.add_tokens(['b', 'a'])\n",
+}
+
+
+def _count_task_train(lab: Path, *args: str) -> subprocess.CompletedProcess:
+    """train.py on the plugin task in a fresh process (the vocabulary is process-wide)."""
+    return train_py(
+        f"hydra.searchpath=[file://{lab / 'my_lab' / 'conf'}]", *COUNT_TASK, *args, cwd=lab
+    )
+
+
+@pytest.fixture(scope="module")
+def stopped_plugin_run(tmp_path_factory) -> Path:
+    """A tiny run of the plugin task, stopped (SIGTERM) at step 2 of 4, made once."""
+    lab = tmp_path_factory.mktemp("lab")
+    files, _ = blocks()
+    for rel in ("my_lab/count_task.py", "my_lab/conf/task/count_mod3.yaml"):
+        (lab / rel).parent.mkdir(parents=True, exist_ok=True)
+        (lab / rel).write_text(files[rel])
+    for name, text in EXTRA_PLUGINS.items():
+        (lab / f"{name}.py").write_text(text)
+    stop = "callbacks.inject_failure={kind: sigterm, step: 3}"
+    proc = _count_task_train(lab, "plugins=[my_lab.count_task]", stop)
+    assert proc.returncode == SIGTERM_EXIT, proc.stderr[-2000:]
+    (status,) = (lab / "runs").rglob("status.json")
+    assert json.loads(status.read_text())["added_tokens"] == ["a", "b"]  # ids 140, 141
+    return lab
+
+
+@pytest.fixture
+def lab(stopped_plugin_run, tmp_path) -> Path:
+    copy = tmp_path / "lab"
+    shutil.copytree(stopped_plugin_run, copy)
+    return copy
+
+
+def _digests(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.mark.parametrize(
+    ("plugins", "tokens"),
+    [
+        ("[my_lab.count_task,aa_more]", "['z', 'a', 'b']"),  # added tokens: 143 outputs
+        ("[aa_swap,my_lab.count_task]", "['b', 'a']"),  # the same size, two ids swapped
+    ],
+    ids=["plugin-adds-tokens", "plugin-swaps-ids"],
+)
+@pytest.mark.slow
+def test_a_run_resumes_only_with_the_token_table_it_started_with(lab, plugins, tokens):
+    """A stopped run resumed with a plugin whose tokens sort before the task's: refused in one
+    line naming both plugin lists, the tables and the fixes, before anything is written (the
+    run stays interrupted, its config.yaml keeps the plugins it trained with); with its own
+    plugins it then resumes."""
+    (run_dir,) = (lab / "runs").rglob("status.json")
+    run_dir = run_dir.parent
+    before = _digests(lab / "runs")
+    proc = _count_task_train(lab, f"plugins={plugins}")
+    err = proc.stderr.strip()
+    assert proc.returncode == 2, err[-2000:]
+    assert "\n" not in err and err.startswith("config error: cannot resume"), err
+    assert "plugins=[my_lab.count_task]" in err and f"plugins={plugins}" in err.replace(" ", "")
+    assert "['a', 'b']" in err and tokens in err and "force=true" in err
+    assert _digests(lab / "runs") == before
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "interrupted"
+    proc = _count_task_train(lab, "plugins=[my_lab.count_task]")
+    assert proc.returncode == 0 and "[resumed]" in proc.stdout, proc.stderr[-2000:]
 
 
 def test_a_grid_with_hydra_searchpath_is_still_prechecked(tmp_path, capsys):
