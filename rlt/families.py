@@ -185,3 +185,21 @@ register(
         ),
     )
 )
+register(
+    Family(
+        "deltaproduct",
+        "rlt.models.config:DeltaProductConfig",
+        "rlt.models.deltaproduct:DeltaProduct",
+        depth_only=True,
+        variants=(Variant("DeltaProduct [-1,1]", ("deltaproduct",), "PuBu", "P"),),
+    )
+)
+register(
+    Family(
+        "pdssm",
+        "rlt.models.config:PDSSMConfig",
+        "rlt.models.pdssm:PDSSM",
+        depth_only=True,
+        variants=(Variant("PD-SSM", ("pdssm",), "YlOrRd", "s"),),
+    )
+)

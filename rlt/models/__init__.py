@@ -8,9 +8,19 @@ logits, state = model.step(token, state)
 """
 
 from rlt.models.build import build_model, count_parameters
-from rlt.models.config import DeltaNetConfig, LSTMConfig, RLTConfig, TransformerConfig, parse_split
+from rlt.models.config import (
+    DeltaNetConfig,
+    DeltaProductConfig,
+    LSTMConfig,
+    PDSSMConfig,
+    RLTConfig,
+    TransformerConfig,
+    parse_split,
+)
 from rlt.models.deltanet import DeltaNet
+from rlt.models.deltaproduct import DeltaProduct
 from rlt.models.lstm import LSTMModel
+from rlt.models.pdssm import PDSSM
 from rlt.models.rlt import RecurrentLoopedTransformer
 from rlt.models.state import KVCache, LSTMState, RLTState, TransformerState, WindowKV
 from rlt.models.transformer import DecoderOnlyTransformer
@@ -18,11 +28,15 @@ from rlt.models.transformer import DecoderOnlyTransformer
 __all__ = [
     "DeltaNet",
     "DeltaNetConfig",
+    "DeltaProduct",
+    "DeltaProductConfig",
     "DecoderOnlyTransformer",
     "KVCache",
     "LSTMConfig",
     "LSTMModel",
     "LSTMState",
+    "PDSSM",
+    "PDSSMConfig",
     "RLTConfig",
     "RLTState",
     "RecurrentLoopedTransformer",

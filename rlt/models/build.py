@@ -6,19 +6,28 @@ import torch
 
 from rlt import families
 from rlt.models.base import SequenceModel
-from rlt.models.config import DeltaNetConfig, LSTMConfig, RLTConfig, TransformerConfig
+from rlt.models.config import (
+    DeltaNetConfig,
+    DeltaProductConfig,
+    LSTMConfig,
+    PDSSMConfig,
+    RLTConfig,
+    TransformerConfig,
+)
 
 PAPER = dict(d_model=512, n_heads=4, d_ff=1365, vocab_size=140)  # shared/SPEC.md section 1
 SPLITS_8 = ["4+4", "5+3", "6+2", "7+1", "8+0"]
 SPLITS_16 = [f"{e}+{16 - e}" for e in range(8, 17)]  # 8+8, 9+7, ..., 16+0
 
 
-ModelConfig = RLTConfig | TransformerConfig | LSTMConfig | DeltaNetConfig
+ModelConfig = (
+    RLTConfig | TransformerConfig | LSTMConfig | DeltaNetConfig | DeltaProductConfig | PDSSMConfig
+)
 
 
 def build_model(config: ModelConfig) -> SequenceModel:
-    """The model a config describes (RLT-0/1/2 from ``feedback_interval``, the baseline, or
-    the LSTM control)."""
+    """The model a config describes (RLT-0/1/2 from ``feedback_interval``, the baseline, the
+    LSTM control, or any other family of rlt/families.py)."""
     path = f"{type(config).__module__}:{type(config).__qualname__}"
     for family in families.families():
         if family.config == path:  # by name first: other families' modules stay unimported
@@ -68,17 +77,21 @@ def parameter_rows(**overrides: int) -> list[dict[str, object]]:
                 difference=None,
             )
         )
-        for name, gated in ((f"DeltaNet {layers}", False), (f"Gated DeltaNet {layers}", True)):
-            delta = DeltaNetConfig(
-                n_layers=layers,
-                gated=gated,
-                **{**common, "d_ff": common["d_ff"] - common["d_model"] // 3},
-            )
+        # The linear-RNN baselines, each with the FFN width that matches the Transformer's
+        # blocks at this scale (the config's matched_d_ff, as training sets it).
+        for name, cls, fields in (
+            (f"DeltaNet {layers}", DeltaNetConfig, {}),
+            (f"Gated DeltaNet {layers}", DeltaNetConfig, {"gated": True}),
+            (f"DeltaProduct {layers}", DeltaProductConfig, {}),
+            (f"PD-SSM {layers}", PDSSMConfig, {}),
+        ):
+            fields = {**common, **fields, "n_layers": layers}
+            fields["d_ff"] = cls.matched_d_ff(common["d_ff"], fields)
             rows.append(
                 dict(
                     model=name,
                     split="-",
-                    params=count_parameters(delta),
+                    params=count_parameters(cls(**fields)),
                     rlt0=None,
                     difference=None,
                 )

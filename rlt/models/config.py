@@ -6,8 +6,10 @@ with its default and the reason inline, so a run's config says exactly what was 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,12 +63,15 @@ class _CommonConfig:
     checkpoint_activations: bool = False  # recompute blocks in backward: memory for time
 
     def __post_init__(self) -> None:
-        if self.d_ff is None:
-            self.d_ff = (8 * self.d_model) // 3
-        for name in ("d_model", "n_heads", "d_ff", "vocab_size"):
+        for name in ("d_model", "n_heads", "vocab_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if self.d_ff is None:
+            self.d_ff = self.matched_d_ff((8 * self.d_model) // 3, dataclasses.asdict(self))
+        value = self.d_ff
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"d_ff must be an int >= 1, got {value!r}")
         if self.d_model % self.n_heads:
             raise ValueError(
                 f"n_heads must divide d_model, got n_heads={self.n_heads}, d_model={self.d_model}"
@@ -87,6 +92,20 @@ class _CommonConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    @classmethod
+    def matched_d_ff(cls, d_ff: int, fields: Mapping[str, Any]) -> int:
+        """The FFN width of this family's blocks where the Transformer's is ``d_ff`` (a scale's
+        ``d_ff``, or floor(8d/3) by default), given the model's other fields (``d_model``,
+        ``n_heads`` and the family's own; missing ones take their defaults). The same width
+        here; a family whose token mixing has more (fewer) parameters than attention's 4 d^2
+        narrows (widens) its FFN so that its blocks match the Transformer's."""
+        return d_ff
+
+    @classmethod
+    def _field(cls, fields: Mapping[str, Any], name: str) -> Any:
+        """``fields[name]``, or the field's default."""
+        return fields[name] if name in fields else cls.__dataclass_fields__[name].default
 
 
 @dataclass(kw_only=True)
@@ -129,8 +148,6 @@ class DeltaNetConfig(_CommonConfig):
     gated: bool = False
 
     def __post_init__(self) -> None:
-        if self.d_ff is None:
-            self.d_ff = (8 * self.d_model) // 3 - self.d_model // 3
         super().__post_init__()
         for name in ("n_layers", "conv_size", "chunk_size"):
             value = getattr(self, name)
@@ -142,10 +159,109 @@ class DeltaNetConfig(_CommonConfig):
         if self.kernel not in ("auto", "torch", "fla"):
             raise ValueError(f"kernel must be auto, torch or fla, got {self.kernel!r}")
 
+    @classmethod
+    def matched_d_ff(cls, d_ff: int, fields: Mapping[str, Any]) -> int:
+        """The DeltaNet layer has one d x d matrix more than attention (the output gate): the
+        FFN is narrower by floor(d/3)."""
+        return d_ff - fields["d_model"] // 3
+
     @property
     def name(self) -> str:
         base = "gated_deltanet" if self.gated else "deltanet"
         return base if self.neg_eigval else f"{base}01"
+
+
+def _matched_ffn(d_ff: int, d_model: int, layer: int) -> int:
+    """The FFN width that gives a block with a token-mixing layer of ``layer`` parameters the
+    parameters of a Transformer block of FFN width ``d_ff``: d_ff + (4 d^2 - layer) / 3d (a
+    SwiGLU column holds 3d), rounded down; never below d/2, where the layer alone outweighs a
+    Transformer block (PD-SSM's at scale=tiny) and the block stays heavier."""
+    return max(d_ff + (4 * d_model * d_model - layer) // (3 * d_model), d_model // 2)
+
+
+@dataclass(kw_only=True)
+class DeltaProductConfig(_CommonConfig):
+    """Gated DeltaProduct (issue 57): DeltaNet's blocks with n_h delta-rule (generalised
+    Householder) steps per token, rlt/models/deltaproduct.py. ``d_ff`` None = the width that
+    matches the Transformer's block parameters (:meth:`matched_d_ff`): each step past the first
+    adds a key and a value projection (2 d^2), so the FFN narrows (laptop 170 -> 95, the
+    report's 1365 -> 842 at n_h = 2)."""
+
+    n_layers: int = 8
+    n_householder: int = 2  # n_h: Householder steps per token (1 = Gated DeltaNet's layer)
+    neg_eigval: bool = True  # beta in (0, 2): each step's eigenvalue 1 - beta in (-1, 1)
+    gated: bool = True  # the scalar decay alpha_t before the steps (the paper's gated form)
+    conv_size: int = 4  # short causal depthwise convolution on q and every step's k, v
+    chunk_size: int = 16  # tokens per chunk of the chunked (UT) form used for training
+
+    def __post_init__(self) -> None:
+        for name in ("n_layers", "n_householder", "conv_size", "chunk_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        for name in ("neg_eigval", "gated"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        super().__post_init__()
+
+    @classmethod
+    def layer_parameters(cls, fields: Mapping[str, Any]) -> int:
+        """Parameters of one DeltaProduct layer: q and n_h keys and values (1 + 2 n_h) d^2 and
+        their convolution (1 + 2 n_h) d kernel, betas d H n_h, output gate and projection
+        2 d^2, output norm d/H, and with the gate its d H + 2 H."""
+        d, h = fields["d_model"], cls._field(fields, "n_heads")
+        n, kernel = cls._field(fields, "n_householder"), cls._field(fields, "conv_size")
+        width = (1 + 2 * n) * d
+        gate = d * h + 2 * h if cls._field(fields, "gated") else 0
+        return width * d + width * kernel + d * h * n + 2 * d * d + d // h + gate
+
+    @classmethod
+    def matched_d_ff(cls, d_ff: int, fields: Mapping[str, Any]) -> int:
+        return _matched_ffn(d_ff, fields["d_model"], cls.layer_parameters(fields))
+
+    @property
+    def name(self) -> str:
+        base = "deltaproduct" if self.gated else "deltaproduct_ungated"
+        return base if self.neg_eigval else f"{base}01"
+
+
+@dataclass(kw_only=True)
+class PDSSMConfig(_CommonConfig):
+    """PD-SSM (issue 57): blocks of a PD-SSM layer (transition P_t D_t: a column one-hot P_t
+    times a complex diagonal D_t, rlt/models/pdssm.py) and SwiGLU. One PD-SSM head per
+    attention head (``n_heads`` from the scale), each with its own complex state of
+    ``state_size`` entries. ``d_ff`` None = the width that matches the Transformer's block
+    parameters (:meth:`matched_d_ff`): at laptop widths (d=64, N=16) the layer outweighs
+    attention and the FFN narrows (170 -> 73); at the report's (d=512) it widens (1365 -> 1903);
+    at scale=tiny the 16 x 16 dictionaries alone outweigh a Transformer block, so the FFN stays
+    at d/2 there and the parameters are not matched."""
+
+    n_layers: int = 8
+    state_size: int = 16  # N: complex state entries per head (an N-state automaton per head)
+    dict_size: int = 8  # K: dictionary matrices per head that P_t is selected from (the paper's 8)
+
+    def __post_init__(self) -> None:
+        for name in ("n_layers", "state_size", "dict_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        super().__post_init__()
+
+    @classmethod
+    def layer_parameters(cls, fields: Mapping[str, Any]) -> int:
+        """Parameters of one PD-SSM layer: selector d H K, dictionary H K N^2, magnitude and
+        phase maps 2 (d H N + H N), complex B and C 2 x 2 d H N, skip d."""
+        d, h = fields["d_model"], cls._field(fields, "n_heads")
+        n, k = cls._field(fields, "state_size"), cls._field(fields, "dict_size")
+        return d * h * k + h * k * n * n + 2 * (d * h * n + h * n) + 4 * d * h * n + d
+
+    @classmethod
+    def matched_d_ff(cls, d_ff: int, fields: Mapping[str, Any]) -> int:
+        return _matched_ffn(d_ff, fields["d_model"], cls.layer_parameters(fields))
+
+    @property
+    def name(self) -> str:
+        return "pdssm"
 
 
 @dataclass(kw_only=True)

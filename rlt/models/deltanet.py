@@ -37,7 +37,7 @@ the later work. Both forms take the decay; the fla kernel path is not wired for 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -256,14 +256,21 @@ class DeltaNetLayer(nn.Module):
         dt = F.softplus(self.decay(x) + self.dt_bias)
         return (-self.A_log.exp() * dt).transpose(1, 2)
 
+    def _convolved(self, x: Tensor, conv_state: Tensor) -> tuple[Tensor, Tensor]:
+        """The q, k, v projections of x (N, t, d) through the short convolution and SiLU, after
+        conv_state (N, K-1, C): (N, t, C), and the convolution state after x."""
+        raw = torch.cat([conv_state, self.qkv(x)], dim=1)  # (N, K-1+t, C)
+        mixed = F.silu(self.conv(raw.transpose(1, 2)).transpose(1, 2))  # (N, t, C)
+        keep = self.config.conv_size - 1
+        return mixed, raw[:, raw.shape[1] - keep :]
+
     def _mix_inputs(
         self, x: Tensor, conv_state: Tensor
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         """x (N, t, d) after conv_state (N, K-1, 3d) -> q, k, v (N, H, t, Dh), beta (N, H, t),
         and the convolution state after x."""
         n, t, d = x.shape
-        raw = torch.cat([conv_state, self.qkv(x)], dim=1)  # (N, K-1+t, 3d)
-        mixed = F.silu(self.conv(raw.transpose(1, 2)).transpose(1, 2))  # (N, t, 3d)
+        mixed, conv = self._convolved(x, conv_state)  # (N, t, 3d)
         q, k, v = (
             z.view(n, t, self.n_heads, self.head_dim).transpose(1, 2) for z in mixed.chunk(3, -1)
         )
@@ -272,8 +279,7 @@ class DeltaNetLayer(nn.Module):
         beta = torch.sigmoid(self.beta(x)).transpose(1, 2)  # (N, H, t)
         if self.config.neg_eigval:
             beta = 2 * beta
-        keep = self.config.conv_size - 1
-        return q, k, v, beta, raw[:, raw.shape[1] - keep :]
+        return q, k, v, beta, conv
 
     def _output(self, x: Tensor, o: Tensor) -> Tensor:
         n, _, t, _ = o.shape
@@ -289,14 +295,17 @@ class DeltaNetLayer(nn.Module):
             o, s = chunked_delta(q, k, v, beta, state.s, self.config.chunk_size, g)
         else:
             o, s = recurrent_delta(q, k, v, beta, state.s, g)
-        return self._output(x, o), DeltaNetLayerState(conv, s)
+        return self._output(x, o), replace(state, conv=conv, s=s)
 
 
 class DeltaNetBlock(nn.Module):
-    def __init__(self, config: DeltaNetConfig) -> None:
+    """Pre-norm: x + mix(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)); ``layer`` is the token
+    mixing (DeltaNet's, or DeltaProduct's)."""
+
+    def __init__(self, config: DeltaNetConfig, layer: type[nn.Module] = DeltaNetLayer) -> None:
         super().__init__()
         self.mix_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
-        self.mix = DeltaNetLayer(config)
+        self.mix = layer(config)
         self.ffn_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
         self.ffn = SwiGLU(config.d_model, config.d_ff)
 
@@ -309,11 +318,18 @@ class DeltaNetBlock(nn.Module):
 class DeltaNet(SequenceModel):
     """``embed -> n_layers DeltaNet blocks -> RMSNorm -> untied head``."""
 
+    # What a subclass with another token mixing (rlt/models/deltaproduct.py) replaces.
+    layer_class: type[nn.Module] = DeltaNetLayer
+    state_class: type = DeltaNetState
+    layer_state_class: type = DeltaNetLayerState
+
     def __init__(self, config: DeltaNetConfig) -> None:
         super().__init__()
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
-        self.blocks = nn.ModuleList(DeltaNetBlock(config) for _ in range(config.n_layers))
+        self.blocks = nn.ModuleList(
+            DeltaNetBlock(config, self.layer_class) for _ in range(config.n_layers)
+        )
         self.norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         # Linears and the embedding N(0, init_std) as in the other models; the short
@@ -329,13 +345,13 @@ class DeltaNet(SequenceModel):
         like = self.head.weight
         dh = c.d_model // c.n_heads
         layers = [
-            DeltaNetLayerState(
-                like.new_zeros(batch_size, c.conv_size - 1, 3 * c.d_model),
+            self.layer_state_class(
+                like.new_zeros(batch_size, c.conv_size - 1, block.mix.conv.in_channels),
                 like.new_zeros(batch_size, c.n_heads, dh, dh),
             )
-            for _ in self.blocks
+            for block in self.blocks
         ]
-        return DeltaNetState(0, layers)
+        return self.state_class(0, layers)
 
     def prefill(self, tokens: Tensor, state: DeltaNetState) -> tuple[Tensor, DeltaNetState]:
         check_batch(tokens, state)
@@ -347,7 +363,7 @@ class DeltaNet(SequenceModel):
         for block, layer_state in zip(self.blocks, state.layers):
             x, layer_state = block(x, layer_state)
             layers.append(layer_state)
-        return self.head(self.norm(x)), DeltaNetState(state.position + t, layers)
+        return self.head(self.norm(x)), replace(state, position=state.position + t, layers=layers)
 
     def forward(self, tokens: Tensor) -> Tensor:
         """tokens (N, T) -> logits (N, T, V) from the zero state (chunked form)."""

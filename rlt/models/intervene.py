@@ -14,7 +14,8 @@ Parts, per family:
                                          so far
     Transformer                memory    its KV caches
     LSTM                       memory    its (h, c)
-    DeltaNet                   memory    its short-convolution buffers and matrix state
+    DeltaNet, DeltaProduct     memory    its short-convolution buffers and matrix state
+    PD-SSM                     memory    its complex state, back to h_0 = e_1 in every head
 
 ``all`` is every part of the family; ``none`` drops nothing (the streamed control: the same
 path, no cut). Where: ``boundary`` (before the first response token, the prompt/response
@@ -35,6 +36,8 @@ PARTS = {
     "DecoderOnlyTransformer": ("memory",),
     "LSTMModel": ("memory",),
     "DeltaNet": ("memory",),
+    "DeltaProduct": ("memory",),
+    "PDSSM": ("memory",),
 }
 
 

@@ -37,6 +37,8 @@ import torch
 from torch import nn
 
 from rlt.models.deltanet import DeltaNetLayerState, DeltaNetState
+from rlt.models.deltaproduct import DeltaProductLayerState, DeltaProductState
+from rlt.models.pdssm import PDSSMState
 from rlt.models.state import KVCache, LSTMState, RLTState, TransformerState, WindowKV
 from rlt.rundir import atomic_write
 
@@ -52,6 +54,9 @@ STATE_TYPES = {
         LSTMState,
         DeltaNetState,
         DeltaNetLayerState,
+        DeltaProductState,
+        DeltaProductLayerState,
+        PDSSMState,
     )
 }
 # Config fields that only change training, not what a state means.

@@ -511,10 +511,11 @@ def model_config(cfg: DictConfig) -> tuple[str, type, dict[str, Any]]:
             _check_type(f"model.{f.name}", given[f.name], f.default)
     kwargs = dict(given)
     kwargs.update({k: scale[k] for k in _FROM_SCALE if k in fields})
-    if family == "deltanet" and scale.d_ff is not None:
-        # The DeltaNet layer has one d x d matrix more than attention: narrow its FFN by d/3 so
-        # its parameters match the Transformer of the same scale (rlt/models/deltanet.py).
-        kwargs["d_ff"] = scale.d_ff - scale.d_model // 3
+    matched_d_ff = getattr(config_cls, "matched_d_ff", None)
+    if "d_ff" in fields and scale.d_ff is not None and matched_d_ff is not None:
+        # A family whose token mixing has more or fewer parameters than attention (DeltaNet's
+        # layer one d x d matrix more) gets the FFN width that matches the Transformer's blocks.
+        kwargs["d_ff"] = matched_d_ff(scale.d_ff, kwargs)
     if family == "rlt":
         kwargs.update(n_enc=split.n_enc, n_dec=split.n_dec)
     else:

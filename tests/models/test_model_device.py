@@ -17,7 +17,15 @@ import copy
 import pytest
 import torch
 
-from rlt.models import DeltaNetConfig, LSTMConfig, RLTConfig, TransformerConfig, build_model
+from rlt.models import (
+    DeltaNetConfig,
+    DeltaProductConfig,
+    LSTMConfig,
+    PDSSMConfig,
+    RLTConfig,
+    TransformerConfig,
+    build_model,
+)
 
 TINY = dict(d_model=32, n_heads=4, d_ff=48, vocab_size=140)
 
@@ -34,6 +42,8 @@ CONFIGS = {
     "lstm": lambda: LSTMConfig(n_layers=2, d_model=32, vocab_size=140),
     "deltanet": lambda: DeltaNetConfig(n_layers=2, chunk_size=4, **TINY),
     "gated deltanet": lambda: DeltaNetConfig(n_layers=2, chunk_size=4, gated=True, **TINY),
+    "deltaproduct": lambda: DeltaProductConfig(n_layers=2, chunk_size=4, **TINY),
+    "pdssm": lambda: PDSSMConfig(n_layers=2, **TINY),
 }
 
 

@@ -14,7 +14,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlt.models import DeltaNetConfig, LSTMConfig, RLTConfig, TransformerConfig, build_model
+from rlt.models import (
+    DeltaNetConfig,
+    DeltaProductConfig,
+    LSTMConfig,
+    PDSSMConfig,
+    RLTConfig,
+    TransformerConfig,
+    build_model,
+)
 from rlt.models.native import native_available
 
 TINY = dict(d_model=32, n_heads=4, d_ff=48, vocab_size=140)
@@ -97,6 +105,8 @@ FAMILIES = {
     "lstm": lambda: LSTMConfig(n_layers=2, d_model=32, vocab_size=140),
     "deltanet": lambda: DeltaNetConfig(n_layers=2, chunk_size=4, **TINY),
     "gated_deltanet": lambda: DeltaNetConfig(n_layers=2, chunk_size=4, gated=True, **TINY),
+    "deltaproduct": lambda: DeltaProductConfig(n_layers=2, chunk_size=4, **TINY),
+    "pdssm": lambda: PDSSMConfig(n_layers=2, **TINY),
 }
 
 

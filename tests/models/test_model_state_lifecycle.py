@@ -14,12 +14,19 @@ import sys
 import pytest
 import torch
 
-from rlt.models import DeltaNetConfig, LSTMConfig, build_model, snapshot
+from rlt.models import (
+    DeltaNetConfig,
+    DeltaProductConfig,
+    LSTMConfig,
+    PDSSMConfig,
+    build_model,
+    snapshot,
+)
 from rlt.models.snapshot import StateFileError, load_state, save_state
 from tests.models.conftest import TINY, make_rlt, make_transformer
 from tests.training.helpers import REPO
 
-FAMILIES = ("rlt1", "rlt2", "rlt0", "transformer", "lstm", "deltanet")
+FAMILIES = ("rlt1", "rlt2", "rlt0", "transformer", "lstm", "deltanet", "deltaproduct", "pdssm")
 
 
 def make(family: str, **fields):
@@ -32,6 +39,10 @@ def make(family: str, **fields):
     torch.manual_seed(0)
     if family == "lstm":
         return build_model(LSTMConfig(d_model=32, n_layers=2, vocab_size=140))
+    if family == "deltaproduct":
+        return build_model(DeltaProductConfig(n_layers=2, chunk_size=4, **TINY))
+    if family == "pdssm":
+        return build_model(PDSSMConfig(n_layers=2, **TINY))
     return build_model(DeltaNetConfig(n_layers=2, **TINY))
 
 

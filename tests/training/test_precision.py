@@ -12,7 +12,18 @@ from tests.training.helpers import compose_cfg, load_results
 
 
 @pytest.mark.parametrize(
-    "model", ["rlt1", "rlt2", "rlt0", "transformer", "lstm", "deltanet", "gated_deltanet"]
+    "model",
+    [
+        "rlt1",
+        "rlt2",
+        "rlt0",
+        "transformer",
+        "lstm",
+        "deltanet",
+        "gated_deltanet",
+        "deltaproduct",
+        "pdssm",
+    ],
 )
 def test_a_tiny_bf16_mixed_run_of_every_family_finishes(tmp_path, model):
     cfg = compose_cfg(
