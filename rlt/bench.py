@@ -1,4 +1,5 @@
-"""``python -m rlt.bench``: training-step and streaming speed of the four model variants.
+"""``python -m rlt.bench``: training-step and streaming speed of the four model variants (and
+of the recurrent baselines, asked for by name: lstm, deltanet, deltaproduct, pdssm).
 
 Times a full training step (forward, loss, backward, gradient clipping, AdamW) of the
 Transformer, RLT-0, RLT-1 and RLT-2 in one process, with identical weights (RLT-0 takes the
@@ -50,7 +51,9 @@ import rlt.portable
 from rlt.bench_stream import bench_stream, print_stream, timed, too_large
 from rlt.models import (
     DeltaNetConfig,
+    DeltaProductConfig,
     LSTMConfig,
+    PDSSMConfig,
     RLTConfig,
     TransformerConfig,
     build_model,
@@ -70,8 +73,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "small": dict(d_model=64, n_heads=4, d_ff=170, split="2+2", batch=64, length=40),
 }
 VARIANTS = ("transformer", "rlt0", "rlt1", "rlt2")
-# Stream mode also measures the recurrent baselines (not in the report), depth = the split total.
-STREAM_ONLY = ("lstm", "deltanet")
+# The recurrent baselines (not in the report), depth = the split total, each with the FFN width
+# a run gives it (matched_d_ff: the Transformer's block parameters); asked for by name.
+BASELINES = ("lstm", "deltanet", "deltaproduct", "pdssm")
 
 
 def build_variants(args: argparse.Namespace) -> dict[str, torch.nn.Module]:
@@ -104,9 +108,14 @@ def build_variants(args: argparse.Namespace) -> dict[str, torch.nn.Module]:
             models[name] = build_model(
                 LSTMConfig(d_model=args.d_model, n_layers=n_enc + n_dec, vocab_size=140)
             )
-        elif name == "deltanet":
+        elif name in ("deltanet", "deltaproduct", "pdssm"):
             torch.manual_seed(args.seed)
-            models[name] = build_model(DeltaNetConfig(n_layers=n_enc + n_dec, **common))
+            config = {"deltanet": DeltaNetConfig, "deltaproduct": DeltaProductConfig}.get(
+                name, PDSSMConfig
+            )
+            fields = {**common, "n_layers": n_enc + n_dec}
+            fields["d_ff"] = config.matched_d_ff(args.d_ff, fields)
+            models[name] = build_model(config(**fields))
     return {name: m.to(args.device) for name, m in models.items()}
 
 
@@ -472,7 +481,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--length", type=int, help="sequence length of the training step")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument(
-        "--variants", default=",".join(VARIANTS), help="comma list of " + ",".join(VARIANTS)
+        "--variants",
+        default=",".join(VARIANTS),
+        help="comma list of " + ",".join(VARIANTS + BASELINES),
     )
     parser.add_argument("--rlt2-interval", type=int, default=4, help="B of the rlt2 variant")
     parser.add_argument("--repeats", type=int, default=5)
@@ -523,12 +534,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, value)
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    known = set(VARIANTS) | (set(STREAM_ONLY) if args.mode == "stream" else set())
-    unknown = set(args.variants) - known
+    unknown = set(args.variants) - set(VARIANTS) - set(BASELINES)
     if unknown:
         parser.error(
-            f"--variants: unknown {sorted(unknown)}; choose from {','.join(VARIANTS)} "
-            f"({','.join(STREAM_ONLY)} too with --mode stream)"
+            f"--variants: unknown {sorted(unknown)}; choose from {','.join(VARIANTS + BASELINES)}"
         )
     if args.cuda_graph and args.device != "cuda":
         parser.error("--cuda-graph needs --device cuda")

@@ -216,10 +216,29 @@ def test_the_stream_size_check_is_skipped_where_memory_cannot_be_read(monkeypatc
     assert args.positions == [1000000000]
 
 
-def test_stream_only_variants_are_refused_in_train_mode(capsys) -> None:
+def test_train_mode_times_the_recurrent_baselines_with_a_runs_ffn_width(tmp_path) -> None:
+    """Issue 57: the LSTM, DeltaNet, DeltaProduct and PD-SSM are timed beside the report's
+    models, each built as a run builds it (FFN narrowed to the Transformer's block parameters),
+    and an unknown name is refused naming every choice."""
+    from rlt.models import DeltaProductConfig
+
+    argv = "--preset small --d-model 32 --n-heads 4 --d-ff 48 --split 1+1 --batch 2 --length 8"
+    argv += " --repeats 1 --warmup 1 --threads 1 --no-memory --mode train"
+    argv += " --variants transformer,lstm,deltanet,deltaproduct,pdssm"
+    result = bench.main(argv.split())
+    rows = result["train"]["rows"]
+    assert set(rows) == {"transformer", "lstm", "deltanet", "deltaproduct", "pdssm"}
+    assert all(r["wall_s"]["median"] > 0 for r in rows.values())
+    models = bench.build_variants(bench.parse_args(argv.split()))
+    fields = dict(d_model=32, n_heads=4, vocab_size=140, n_layers=2)
+    d_ff = DeltaProductConfig.matched_d_ff(48, fields)
+    assert d_ff != 48 and models["deltaproduct"].config.d_ff == d_ff
+
+
+def test_an_unknown_variant_is_refused_naming_every_choice(capsys) -> None:
     with pytest.raises(SystemExit):
-        bench.parse_args("--preset small --mode train --variants lstm".split())
-    assert "with --mode stream" in capsys.readouterr().err
+        bench.parse_args("--preset small --mode train --variants lstm,gru".split())
+    assert "unknown ['gru']" in capsys.readouterr().err
 
 
 def test_paired_ratio_takes_each_round_against_its_own_round() -> None:
