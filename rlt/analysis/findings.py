@@ -477,9 +477,10 @@ def verdict_table(
 def beyond_table(
     c: Collection, rlt1: dict[str, str], baselines: tuple[str, ...], *, policy="min_val_loss"
 ) -> Table:
-    """Where the LSTM or DeltaNet [-1,1] matches or beats RLT-1: scaled accuracy over the
-    lengths beyond training (the scaled table), per task; "beats" = its mean - SD above RLT-1's
-    mean + SD, "matches" = the two mean +- SD ranges overlap."""
+    """Where a recurrent baseline (the LSTM, DeltaNet [-1,1], DeltaProduct, PD-SSM) matches or
+    beats RLT-1: scaled accuracy over the lengths beyond training (the scaled table), per task;
+    "beats" = its mean - SD above RLT-1's mean + SD, "matches" = the two mean +- SD ranges
+    overlap."""
     rows = []
     for preset, sub in by_preset(c):
         scaled = scaled_accuracy_table(sub, policy=policy).data
@@ -487,7 +488,7 @@ def beyond_table(
     display = pd.DataFrame(rows).set_index("task") if rows else pd.DataFrame()
     return Table(
         name="beyond",
-        title="Beyond the report: LSTM and DeltaNet [-1,1] against RLT-1 (scaled accuracy x 100 "
+        title="Beyond the report: the recurrent baselines against RLT-1 (scaled accuracy x 100 "
         "over the lengths beyond training), per budget",
         display=display,
         data=pd.DataFrame(rows),

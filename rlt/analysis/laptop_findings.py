@@ -148,4 +148,5 @@ LAPTOP_RLT1 = {
     _MF: "RLT-1 2+2",
     _MB: "RLT-1 2+2",
 }
-LAPTOP_BASELINES = ("LSTM 2", "DeltaNet [-1,1] 2")
+# the recurrent baselines beside RLT-1, two blocks each (DeltaProduct and PD-SSM: issue 57)
+LAPTOP_BASELINES = ("LSTM 2", "DeltaNet [-1,1] 2", "DeltaProduct [-1,1] 2", "PD-SSM 2")
