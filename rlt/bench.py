@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import math
 import os
 import platform
 import statistics
@@ -48,7 +47,14 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import rlt.allocator
 import rlt.portable
-from rlt.bench_stream import bench_stream, print_stream, timed, too_large
+from rlt.bench_stream import (
+    bench_stream,
+    megabytes_arg,
+    positions_arg,
+    print_stream,
+    timed,
+    too_large,
+)
 from rlt.models import (
     DeltaNetConfig,
     DeltaProductConfig,
@@ -171,38 +177,6 @@ def _warmup(value: str) -> int | str:
         return int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"a number of rounds or auto, got {value!r}") from None
-
-
-def _positions(value: str) -> list[int]:
-    """``--positions``: a comma list of whole positions >= 1, sorted (``16,64,256``)."""
-    items = value.split(",")
-    if any(not item.strip() for item in items):
-        raise argparse.ArgumentTypeError(f"{value!r} has an empty item; give e.g. 16,64,256")
-    out = []
-    for item in items:
-        try:
-            position = int(item)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{item.strip()!r} is not a whole number; give e.g. 16,64,256"
-            ) from None
-        if position < 1:
-            raise argparse.ArgumentTypeError(f"{position} is not >= 1 (a decode position)")
-        out.append(position)
-    return sorted(set(out))
-
-
-def _megabytes(value: str) -> float:
-    """``--bandwidth-mb``: a finite number of megabytes > 0."""
-    try:
-        mb = float(value)
-    except ValueError:
-        mb = math.nan
-    if not math.isfinite(mb):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a finite number of megabytes")
-    if mb <= 0:
-        raise argparse.ArgumentTypeError(f"{value} is not > 0 (megabytes read)")
-    return mb
 
 
 def heap_settled(warm: dict[str, list[dict[str, float]]]) -> bool:
@@ -496,16 +470,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         f"at least 1 and at most {WARMUP_MAX} rounds",
     )
     parser.add_argument("--mode", choices=["train", "stream", "both"], default="train")
-    parser.add_argument(
-        "--positions", type=_positions, default="16,64,256,512", help="decode positions (stream)"
-    )
-    parser.add_argument("--stream-batch", type=int, default=1)
-    parser.add_argument(
-        "--bandwidth-mb",
-        type=_megabytes,
-        default=512,
-        help="stream mode: buffer read for the bandwidth",
-    )
+    _stream_options(parser)
     parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip peak memory")
     parser.add_argument("--plain", action="store_true", help="RLT-1/2 on the plain autograd path")
     parser.add_argument(
@@ -551,6 +516,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--compile needs --warmup >= 1 (the first round compiles)")
     _check_args(parser, args)
     return args
+
+
+def _stream_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--positions", type=positions_arg, default="16,64,256,512", help="decode positions (stream)"
+    )
+    parser.add_argument("--stream-batch", type=int, default=1)
+    parser.add_argument(
+        "--bandwidth-mb",
+        type=megabytes_arg,
+        default=512,
+        help="stream mode: buffer read for the bandwidth",
+    )
 
 
 def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -9,6 +9,7 @@ one-thread read bandwidth. Also the two timing helpers both modes share.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import time
@@ -18,6 +19,38 @@ from typing import Any
 import torch
 
 from rlt.tasks import vocab
+
+
+def positions_arg(value: str) -> list[int]:
+    """``--positions``: a comma list of whole positions >= 1, sorted (``16,64,256``)."""
+    items = value.split(",")
+    if any(not item.strip() for item in items):
+        raise argparse.ArgumentTypeError(f"{value!r} has an empty item; give e.g. 16,64,256")
+    out = []
+    for item in items:
+        try:
+            position = int(item)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{item.strip()!r} is not a whole number; give e.g. 16,64,256"
+            ) from None
+        if position < 1:
+            raise argparse.ArgumentTypeError(f"{position} is not >= 1 (a decode position)")
+        out.append(position)
+    return sorted(set(out))
+
+
+def megabytes_arg(value: str) -> float:
+    """``--bandwidth-mb``: a finite number of megabytes > 0."""
+    try:
+        mb = float(value)
+    except ValueError:
+        mb = math.nan
+    if not math.isfinite(mb):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a finite number of megabytes")
+    if mb <= 0:
+        raise argparse.ArgumentTypeError(f"{value} is not > 0 (megabytes read)")
+    return mb
 
 
 def synchronize(device: str) -> None:

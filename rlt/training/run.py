@@ -25,8 +25,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rlt import portable, rundir
-from rlt.tasks import vocab
-from rlt.training import hydra_env, identity, slurm
+from rlt.training import hydra_env, identity, resume, slurm
 from rlt.training.callbacks import (
     FeedbackDiagnostics,
     FeedbackScheduleCallback,
@@ -91,7 +90,7 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
                 "running",
                 portable=portable.active(),
                 mkl_cbwr=portable.mkl_cbwr(),
-                added_tokens=_added_tokens(spec),
+                added_tokens=resume.added_tokens(spec),
             )
         if (job := slurm.job_info()) is not None:
             rundir.write_status(run_dir, "running", slurm=job)
@@ -122,8 +121,8 @@ def check(cfg: DictConfig, *, where: bool = True, on_this_machine: bool = True) 
         if not cfg.force:
             _check_same_config(spec)
             if cfg.resume and on_this_machine:  # a SLURM job checks on its own node
-                _check_same_arithmetic(spec)
-                _check_same_tokens(spec)
+                resume.check_same_arithmetic(spec)
+                resume.check_same_tokens(spec)
     return spec
 
 
@@ -177,7 +176,7 @@ def _continues_retrain(spec: RunSpec, last: Path) -> bool:
         return False  # a failed retrain starts again from scratch under force=true
     if portable.resume_mismatch(status.get("portable"), status.get("mkl_cbwr")) is not None:
         return False  # begun in the other CPU arithmetic: force=true starts it anew
-    if _tokens_mismatch(spec, status) is not None:
+    if resume.tokens_mismatch(spec, status) is not None:
         return False  # begun with other token ids (another plugin set): started anew too
     if not last.exists() or (spec.run_dir / rundir.RESULTS).exists():
         return False
@@ -314,83 +313,6 @@ def _check_same_config(spec: RunSpec) -> None:
         + (_variant_hint(diffs, spec.settings.resolved) or "give the new run its own place: ")
         + "root=DIR or sweep_name=NAME."
     )
-
-
-def _check_same_arithmetic(spec: RunSpec) -> None:
-    """Refuse to resume a stopped run in another CPU arithmetic than it started in
-    (rlt/portable/): its numbers would change mid-run. A finished run is only skipped."""
-    last = spec.run_dir / rundir.CKPT_DIR / rundir.LAST_CKPT
-    if not last.exists() or (spec.run_dir / rundir.RESULTS).exists():
-        return  # nothing to resume, or finished (skipped, or its status repaired)
-    status = rundir.read_json(spec.run_dir / rundir.STATUS, corrupt_ok=True)
-    if status is None or status.get("state") == "done":
-        return  # an unreadable status: which arithmetic it started in is not known
-    why = portable.resume_mismatch(status.get("portable"), status.get("mkl_cbwr"))
-    if why is not None:
-        raise ConfigError(
-            f"cannot resume {spec.run_dir}: {why}. Nothing was changed; force=true retrains it "
-            "from scratch in this process's arithmetic."
-        )
-
-
-def _added_tokens(spec: RunSpec) -> list[str]:
-    """The tokens past the shared 140 that this run's model reads, numbered as this process's
-    plugins number them (status.json ``added_tokens``; [] for the built-in tasks)."""
-    return vocab.added(spec.task.vocab_size)
-
-
-def _tokens_mismatch(spec: RunSpec, status: dict[str, Any]) -> str | None:
-    """How the token ids a run started with (``status``'s ``added_tokens``) differ from this
-    process's, or None. A run started before the record resumes as it did then."""
-    started = status.get("added_tokens")
-    now = _added_tokens(spec)
-    if not isinstance(started, list) or started == now:
-        return None
-
-    def ids(table: list[str]) -> str:
-        if not table:
-            return "[] (none: a model of the shared 140)"
-        first, last = vocab.VOCAB_SIZE, vocab.VOCAB_SIZE + len(table) - 1
-        return f"{table} ({f'ids {first}-{last}' if last > first else f'id {first}'})"
-
-    return f"its task's tokens past the shared 140 were {ids(started)}, and here {ids(now)}"
-
-
-def _check_same_tokens(spec: RunSpec) -> None:
-    """Refuse to resume a stopped run whose task's tokens this process numbers otherwise than
-    the run started with: a plugin added whose tokens sort before the task's moves the task's
-    ids (two swapped ids resume silently and train on with the embedding rows exchanged; a
-    larger table fails to load). A plugin that leaves the table as it was (a family, a metric,
-    tokens after the task's) changes nothing and is accepted. A finished run is only skipped."""
-    last = spec.run_dir / rundir.CKPT_DIR / rundir.LAST_CKPT
-    if not last.exists():
-        return
-    status = rundir.read_json(spec.run_dir / rundir.STATUS, corrupt_ok=True)
-    if status is None:
-        return  # an unreadable status: which ids the run started with is not known
-    results = spec.run_dir / rundir.RESULTS
-    if status.get("state") == "done" and rundir.read_json(results, corrupt_ok=True) is not None:
-        return  # skipped: its checkpoint is not loaded
-    why = _tokens_mismatch(spec, status)
-    if why is None:
-        return
-    try:
-        stored = identity.stored_config(spec.run_dir) or {}
-    except identity.UnreadableConfig:
-        stored = {}
-    started = _plugins_override(stored.get("plugins"))
-    asked = _plugins_override(spec.cfg.get("plugins"))
-    raise ConfigError(
-        f"cannot resume {spec.run_dir}: it started with {started} and this run asks for "
-        f"{asked}; {why}, so its checkpoint's embedding and output rows would stand for other "
-        f"tokens. Nothing was changed: resume it with {started}, train the new plugin set "
-        "elsewhere (root=DIR or sweep_name=NAME), or retrain it here with force=true."
-    )
-
-
-def _plugins_override(names: Any) -> str:
-    """``plugins=[a,b]`` as a command line gives it."""
-    return "plugins=[" + ",".join(str(n) for n in (names or [])) + "]"
 
 
 def _variant_hint(diffs: list[str], requested: dict[str, Any]) -> str | None:
