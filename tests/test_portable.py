@@ -90,6 +90,32 @@ def test_the_kernel_references_cover_every_case_and_see_the_arithmetic() -> None
     assert not any(n.startswith(("rms_norm", "embedding", "sigmoid")) for n in differ), differ
 
 
+def test_every_gemm_kernel_gives_the_same_bits_on_one_and_two_threads() -> None:
+    """Why STRICT is expected to hold across hosts: each GEMM output is summed in one order
+    whatever way the work is split (threads here; cache-sized blocks on another CPU). Checked
+    on every matmul and attention case of rlt/portable/ops.py (with MKL_CBWR=AVX2, 17 of these
+    24 differed between 1 and 2 threads on an Intel Xeon)."""
+    import torch
+
+    from rlt import portable
+
+    if portable.mkl_cbwr() != "AVX2,STRICT":
+        pytest.skip(f"a property of portable arithmetic's STRICT mode (here: {portable.status})")
+    before = torch.get_num_threads()
+    differ = []
+    try:
+        for name, run in ops.cases().items():
+            if name.startswith(("linear", "sdpa", "window")):
+                torch.set_num_threads(1)
+                one = ops.digest(run())
+                torch.set_num_threads(2)
+                if ops.digest(run()) != one:
+                    differ.append(name)
+    finally:
+        torch.set_num_threads(before)
+    assert not differ, differ
+
+
 def test_the_first_difference_is_named_by_step_and_metric() -> None:
     from rlt.portable.check import first_difference
 
