@@ -110,8 +110,11 @@ def merged(path: Path, stamp: dict, rows: list[dict], key: str = "rows") -> list
 
     earlier = rundir.read_json(path, corrupt_ok=True) or {}
     earlier.setdefault("portable", False)  # written before the record: portable was off then
-    # written before mkl_cbwr was recorded: portable meant MKL_CBWR=AVX2 then (rlt/portable/)
-    earlier.setdefault("mkl_cbwr", "AVX2" if earlier["portable"] is True else None)
+    # written before its settings were recorded: portable meant MKL_CBWR=AVX2 then, and off
+    # settings are not known (rlt/portable/): such a file starts anew
+    from rlt import portable
+
+    earlier.setdefault("arithmetic", portable.EARLIER if earlier["portable"] is True else None)
     if any(earlier.get(k) != v for k, v in stamp.items()):
         return rows  # another checkpoint or config: start the file anew
     new = {r["length"] for r in rows}

@@ -499,6 +499,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, value)
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if not args.variants:
+        parser.error(f"--variants names none; choose from {','.join(VARIANTS + BASELINES)}")
     unknown = set(args.variants) - set(VARIANTS) - set(BASELINES)
     if unknown:
         parser.error(

@@ -10,8 +10,8 @@ split for the RLT family, ``L<n>`` for depth-only baselines) unless Hydra's ``hy
     config.yaml         the resolved config (the identity a rerun is checked against)
     status.json         state (RUN_STATES), step, max_steps, best_val_acc, error, traceback,
                         slurm (job id, queue id, restart count, node) inside a SLURM job,
-                        portable and mkl_cbwr (the CPU arithmetic it started in,
-                        rlt/portable/), added_tokens (its task's tokens past the shared
+                        portable and arithmetic (the CPU arithmetic it started in:
+                        its three settings, rlt/portable/), added_tokens (its task's tokens past the shared
                         140, in id order)
     results.json        everything analysis needs (README "results.json")
     results.replaced.json  the results a force=true retrain replaces (moved aside at its start)
@@ -269,7 +269,7 @@ def scored_stamp(run_dir: str | Path, policy: str, step: int) -> dict[str, Any]:
         "config_hash": config_hash(run_dir),
         "checkpoint": {"file": f"{CKPT_DIR}/{policy}.pt", "sha256": file_sha256(ckpt)},
         "portable": portable.active(),  # the arithmetic it was scored in (rlt/portable/)
-        "mkl_cbwr": portable.mkl_cbwr(),
+        "arithmetic": portable.variables(),  # its three settings, portable or not
     }
 
 

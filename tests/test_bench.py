@@ -235,10 +235,13 @@ def test_train_mode_times_the_recurrent_baselines_with_a_runs_ffn_width(tmp_path
     assert d_ff != 48 and models["deltaproduct"].config.d_ff == d_ff
 
 
-def test_an_unknown_variant_is_refused_naming_every_choice(capsys) -> None:
+def test_an_unknown_variant_or_none_is_refused_naming_every_choice(capsys) -> None:
     with pytest.raises(SystemExit):
         bench.parse_args("--preset small --mode train --variants lstm,gru".split())
     assert "unknown ['gru']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--preset", "small", "--mode", "stream", "--variants", ","])
+    assert "--variants names none; choose from transformer," in capsys.readouterr().err
 
 
 def test_paired_ratio_takes_each_round_against_its_own_round() -> None:

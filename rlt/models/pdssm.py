@@ -142,7 +142,9 @@ class PDSSMLayer(nn.Module):
         n, t, _ = x.shape
         dtype = x.dtype
         with torch.autocast(device_type=x.device.type, enabled=False):
-            x = x.to(torch.promote_types(dtype, torch.float32))
+            # float32 under bf16 autocast (the weights' own width); in the weights' width when
+            # they are themselves half precision (trainer.precision=bf16-true)
+            x = x.to(torch.promote_types(dtype, self.select.weight.dtype))
             p, d, b = self.transition(x)
             states, state = pd_recurrence(p, d, b, state.to(x.dtype))
             y = self.C(states.transpose(1, 2).reshape(n, t, -1)) + self.skip * x

@@ -14,7 +14,7 @@ number of rows in the call. Without it (``MKL_CBWR=AVX2``, the portable arithmet
 2026-12-03 to 2026-12-04) the rounding of a row depended on how many rows one call held, so
 RLT-2's state after 6 prompt tokens differed from its state after 4 in the last bits on an
 Intel Xeon, and that host parted from the AMD references at step 20. A run keeps the arithmetic
-it started in: status.json records ``portable`` and ``mkl_cbwr``, and a resume in another one is
+it started in: status.json records ``portable`` and ``arithmetic`` (the three settings), and a resume in another one is
 refused (:func:`resume_mismatch`); ``MKL_CBWR=AVX2`` (set by hand) resumes a run begun before.
 
 It holds for everything that imports ``rlt`` first (train.py, eval.py, ``python -m rlt.probe``,
@@ -24,7 +24,7 @@ committed before 2026-12-03 was made). Where the CPU has no AVX2 (another archit
 x86) nothing is pinned and results.json says so. A value the user set for one of the three
 variables wins (and then the arithmetic is not the portable one, but for ``MKL_CBWR=AVX2``,
 the earlier portable arithmetic). ``python -m rlt.portable --check`` retrains the committed
-references on this host and says whether it reproduces them (rlt/portable_check.py).
+references on this host and says whether it reproduces them (rlt/portable/check.py).
 """
 
 from __future__ import annotations
@@ -80,9 +80,10 @@ def has_avx2() -> bool:
 
 
 def pin() -> str:
-    """Set the variables (where the user has not) unless ``RLT_PORTABLE`` turns the mode off or
-    the CPU has no AVX2; say what was done. Must run before torch's first CPU kernel:
-    ``import rlt`` does it."""
+    """Set the variables unless ``RLT_PORTABLE`` turns the mode off, the CPU has no AVX2, or
+    the user set one of them to another value (then nothing is set: the user's arithmetic is
+    the user's); say what was done. Must run before torch's first CPU kernel: ``import rlt``
+    does it."""
     global status
     if not requested():
         status = f"off ({ENV}={os.environ.get(ENV)})"
@@ -90,24 +91,28 @@ def pin() -> str:
     if not has_avx2():
         status = f"unavailable (no AVX2 flag readable on this {platform.machine()} CPU)"
         return status
-    for name, value in SETTINGS.items():
-        os.environ.setdefault(name, value)
-    theirs = [n for n, v in SETTINGS.items() if _norm(os.environ[n]) != _norm(v)]
-    if theirs == ["MKL_CBWR"] and _norm(os.environ["MKL_CBWR"]) == _norm(EARLIER_MKL_CBWR):
-        status = "on (MKL_CBWR=AVX2: the portable arithmetic of runs begun before 2026-12-05)"
-        return status
-    if theirs:  # a value the user set wins, and then the arithmetic is not the portable one
+    theirs = [
+        n for n, v in SETTINGS.items() if n in os.environ and _norm(os.environ[n]) != _norm(v)
+    ]
+    earlier = theirs == ["MKL_CBWR"] and _norm(os.environ["MKL_CBWR"]) == EARLIER_MKL_CBWR
+    if theirs and not earlier:  # a value the user set wins: the arithmetic is not portable
         status = "off (set by the user: " + ", ".join(f"{n}={os.environ[n]}" for n in theirs) + ")"
         return status
-    late = "torch" in sys.modules
+    for name, value in SETTINGS.items():
+        os.environ.setdefault(name, value)
+    late = " (torch was imported before rlt: check arithmetic.cpu_capability)"
     status = "on" + (
-        " (torch was imported before rlt: check arithmetic.cpu_capability)" if late else ""
+        " (MKL_CBWR=AVX2: the portable arithmetic of runs begun before 2026-12-05)"
+        if earlier
+        else late
+        if "torch" in sys.modules
+        else ""
     )
     return status
 
 
 def _norm(value: str) -> str:
-    """An MKL_CBWR-style value compared loosely: case, spaces and ``BRANCH=`` do not matter."""
+    """A setting's value compared loosely: case, spaces and MKL's ``BRANCH=`` do not matter."""
     return value.strip().upper().replace(" ", "").removeprefix("BRANCH=")
 
 
@@ -115,31 +120,64 @@ def active() -> bool:
     return status.startswith("on")
 
 
+def variables() -> dict[str, str | None]:
+    """The three settings as this process has them (normalized; None where unset), portable
+    or not: what status.json (``arithmetic``) and scored files record, and a resume compares."""
+    return {n.lower(): (_norm(os.environ[n]) if n in os.environ else None) for n in SETTINGS}
+
+
+# What a portable run recorded before ``arithmetic`` was: the portable settings of 2026-12-03/04.
+EARLIER = {
+    "aten_cpu_capability": "AVX2",
+    "mkl_cbwr": EARLIER_MKL_CBWR,
+    "onednn_max_cpu_isa": "AVX2",
+}
+
+
 def mkl_cbwr() -> str | None:
-    """MKL's setting in force while portable arithmetic is on (normalized: ``AVX2,STRICT``, or
-    ``AVX2`` for the earlier portable arithmetic), else None: what status.json records."""
-    return _norm(os.environ.get("MKL_CBWR", "")) if active() else None
+    """MKL's setting in force while portable arithmetic is on (``AVX2,STRICT``, or ``AVX2`` for
+    the earlier portable arithmetic), else None."""
+    return variables()["mkl_cbwr"] if active() else None
 
 
-def resume_mismatch(started_portable: object, started_mkl: object = None) -> str | None:
-    """Why a run that started with ``portable`` = ``started_portable`` and ``mkl_cbwr`` =
-    ``started_mkl`` (status.json) cannot resume in this process, or None. A run started before
-    the mode was recorded (None) started with it off, the default then; a portable run started
-    before ``mkl_cbwr`` was recorded started with ``MKL_CBWR=AVX2`` (not STRICT)."""
+def _settings_text(values: dict, keys: list[str]) -> str:
+    return " ".join(
+        f"{k.upper()}={values.get(k)}" if values.get(k) else f"{k.upper()} unset" for k in keys
+    )
+
+
+def _differing(then: object, portable_then: bool) -> tuple[str, str] | None:
+    """How this process's settings differ from ``then`` (a record, or None where the run
+    predates it: the earlier portable settings if it was portable, else not compared), as
+    ("<then> and this process has <now>", "<then>"), or None where they agree."""
+    if not isinstance(then, dict):
+        if not portable_then:
+            return None
+        then = EARLIER
+    then = {k: _norm(v) if isinstance(v, str) else None for k, v in then.items()}
+    now = variables()
+    keys = [k for k in now if then.get(k) != now[k]]
+    if not keys:
+        return None
+    was = _settings_text(then, keys)
+    return f"{was} and this process has {_settings_text(now, keys)}", was
+
+
+def resume_mismatch(started_portable: object, started_settings: object = None) -> str | None:
+    """Why a run that started with ``portable`` = ``started_portable`` and the settings
+    ``started_settings`` (status.json ``portable`` and ``arithmetic``) cannot resume in this
+    process, or None. A run started before the mode was recorded (None) started with it off,
+    the default then; a portable run started before the settings were recorded started with
+    the earlier portable settings (``MKL_CBWR=AVX2``, not STRICT)."""
     if started_portable is None:
         started_portable = False
     if not isinstance(started_portable, bool):
         return None
-    if started_portable and active():
-        then = _norm(started_mkl) if isinstance(started_mkl, str) else EARLIER_MKL_CBWR
-        if then == mkl_cbwr():
-            return None
-        return (
-            f"it started with portable arithmetic MKL_CBWR={then} and this process has "
-            f"MKL_CBWR={mkl_cbwr()}: resume it with MKL_CBWR={then}"
-        )
     if started_portable == active():
-        return None
+        differ = _differing(started_settings, started_portable)
+        if differ is None:
+            return None
+        return f"it started with {differ[0]}: resume it with {differ[1]}"
     if started_portable:
         return (
             f"it started with portable arithmetic on and this process has it {status}: resume "
@@ -156,18 +194,15 @@ def scoring_note(results: dict) -> str | None:
     trained = arithmetic.get("portable", False)
     if not isinstance(trained, bool):
         return None
-    if trained and active():
-        then = arithmetic.get("mkl_cbwr")
-        then = _norm(then) if isinstance(then, str) else EARLIER_MKL_CBWR
-        if then == mkl_cbwr():
+    if trained == active():
+        recorded = {k: arithmetic.get(k) for k in EARLIER} if "mkl_cbwr" in arithmetic else None
+        differ = _differing(recorded, trained)
+        if differ is None:
             return None
         return (
-            f"was trained with portable arithmetic MKL_CBWR={then} and is scored with "
-            f"MKL_CBWR={mkl_cbwr()}: its numbers can differ from results.json's in the last "
-            f"digits (MKL_CBWR={then} scores it in its own)"
+            f"was trained with {differ[0]}: its numbers can differ from results.json's in the last "
+            "digits (the settings it was trained with score it in its own)"
         )
-    if trained == active():
-        return None
     fix = f"{ENV}=0" if not trained else f"a CPU with AVX2 and without {ENV}=0"
     return (
         f"was trained with portable arithmetic {'on' if trained else 'off'} and is scored with it "

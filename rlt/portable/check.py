@@ -61,7 +61,7 @@ def made_on() -> dict[str, str]:
         "cpu_family_model_stepping": _cpuinfo_numbers(),
         "widest_vector_extension": host()[1],
         "native_cpu_capability": native,
-        "mkl_cbwr": str(portable.mkl_cbwr()),
+        "mkl_cbwr": portable.SETTINGS["MKL_CBWR"],  # the children's (portable_env)
         "torch": torch.__version__,
         "date": datetime.date.today().isoformat(),
     }
@@ -81,7 +81,7 @@ def _cpuinfo_numbers() -> str:
 def portable_env() -> dict[str, str]:
     """This environment with portable arithmetic's defaults, one thread, W&B off: what the
     references were made in, whatever this process has."""
-    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR")}
+    env = {k: v for k, v in os.environ.items() if k not in portable.SETTINGS}
     env.update(RLT_PORTABLE="1", OMP_NUM_THREADS="1", WANDB_MODE="disabled")
     return env
 
@@ -89,7 +89,10 @@ def portable_env() -> dict[str, str]:
 def kernel_hashes() -> dict[str, str]:
     """rlt/portable/ops.py's hashes, computed in a fresh process in portable arithmetic's
     defaults (MKL reads its setting once per process)."""
-    code = "import json, rlt; from rlt.portable import ops; print(json.dumps(ops.hashes()))"
+    code = (
+        "import json, rlt; from rlt.portable import ops; "
+        "assert rlt.portable.status == 'on', rlt.portable.status; print(json.dumps(ops.hashes()))"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=portable_env(), capture_output=True, text=True
     )
@@ -139,9 +142,7 @@ def first_difference(got: dict, want: dict) -> str | None:
 
 
 def write_ops_reference() -> Path:
-    from rlt.portable import ops
-
-    payload = {"made_on": made_on(), "hashes": ops.hashes()}
+    payload = {"made_on": made_on(), "hashes": kernel_hashes()}
     OPS_REFERENCE.write_text(json.dumps(payload, indent=1) + "\n")
     return OPS_REFERENCE
 

@@ -165,8 +165,17 @@ def _optimizer_cases() -> dict[str, Callable[[], tuple[Tensor, ...]]]:
 
 def _family_cases() -> dict[str, Callable[[], tuple[Tensor, ...]]]:
     """One forward and backward of each family at width 64 with fixed weights: the kernels no
-    single case above names (the fused recurrence's loop, the LSTM's, DeltaNet's)."""
-    from rlt.models import DeltaNetConfig, LSTMConfig, RLTConfig, TransformerConfig, build_model
+    single case above names (the fused recurrence's loop, the LSTM's, DeltaNet's, DeltaProduct's
+    and PD-SSM's)."""
+    from rlt.models import (
+        DeltaNetConfig,
+        DeltaProductConfig,
+        LSTMConfig,
+        PDSSMConfig,
+        RLTConfig,
+        TransformerConfig,
+        build_model,
+    )
 
     small = dict(d_model=64, n_heads=4, vocab_size=140)
     configs = {
@@ -176,6 +185,8 @@ def _family_cases() -> dict[str, Callable[[], tuple[Tensor, ...]]]:
         "transformer 2": lambda: TransformerConfig(n_layers=2, **small),
         "lstm 2": lambda: LSTMConfig(d_model=64, n_layers=2, vocab_size=140),
         "deltanet 2": lambda: DeltaNetConfig(n_layers=2, **small),
+        "deltaproduct 2": lambda: DeltaProductConfig(n_layers=2, **small),
+        "pdssm 2": lambda: PDSSMConfig(n_layers=2, **small),
     }
     cases = {}
     for name, config in configs.items():

@@ -22,7 +22,7 @@ def check_same_arithmetic(spec: RunSpec) -> None:
     status = rundir.read_json(spec.run_dir / rundir.STATUS, corrupt_ok=True)
     if status is None or status.get("state") == "done":
         return  # an unreadable status: which arithmetic it started in is not known
-    why = portable.resume_mismatch(status.get("portable"), status.get("mkl_cbwr"))
+    why = portable.resume_mismatch(status.get("portable"), status.get("arithmetic"))
     if why is not None:
         raise ConfigError(
             f"cannot resume {spec.run_dir}: {why}. Nothing was changed; force=true retrains it "

@@ -89,7 +89,7 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
                 run_dir,
                 "running",
                 portable=portable.active(),
-                mkl_cbwr=portable.mkl_cbwr(),
+                arithmetic=portable.variables(),
                 added_tokens=resume.added_tokens(spec),
             )
         if (job := slurm.job_info()) is not None:
@@ -174,7 +174,7 @@ def _continues_retrain(spec: RunSpec, last: Path) -> bool:
     status = rundir.read_json(spec.run_dir / rundir.STATUS, corrupt_ok=True) or {}
     if not status.get("retrain") or status.get("state") in ("done", "failed"):
         return False  # a failed retrain starts again from scratch under force=true
-    if portable.resume_mismatch(status.get("portable"), status.get("mkl_cbwr")) is not None:
+    if portable.resume_mismatch(status.get("portable"), status.get("arithmetic")) is not None:
         return False  # begun in the other CPU arithmetic: force=true starts it anew
     if resume.tokens_mismatch(spec, status) is not None:
         return False  # begun with other token ids (another plugin set): started anew too

@@ -425,12 +425,13 @@ def test_a_portable_run_begun_before_strict_resumes_only_with_mkl_cbwr_avx2(tmp_
     )
     path = Path(out["run_dir"]) / "status.json"
     status = json.loads(path.read_text())
-    assert status["mkl_cbwr"] == portable.mkl_cbwr()
+    assert status["arithmetic"] == portable.variables()
     status["portable"] = True
-    del status["mkl_cbwr"]
+    del status["arithmetic"]
     path.write_text(json.dumps(status))
     monkeypatch.setattr(portable, "status", "on")
-    monkeypatch.setenv("MKL_CBWR", "AVX2,STRICT")
+    for name, value in portable.SETTINGS.items():
+        monkeypatch.setenv(name, value)
     before = snapshot(tmp_path)
     with pytest.raises(
         ConfigError, match=r"MKL_CBWR=AVX2 and this .* resume it with MKL_CBWR=AVX2"
@@ -438,6 +439,31 @@ def test_a_portable_run_begun_before_strict_resumes_only_with_mkl_cbwr_avx2(tmp_
         run(tiny(tmp_path))
     assert snapshot(tmp_path) == before
     monkeypatch.setenv("MKL_CBWR", "avx2")  # spelled as a user might
+    assert run(tiny(tmp_path))["state"] == "resumed"
+
+
+def test_a_run_begun_with_portable_off_resumes_only_with_the_same_settings(tmp_path, monkeypatch):
+    """Off is not one arithmetic: a run begun with RLT_PORTABLE=0 and MKL_CBWR=AVX2,STRICT set
+    by hand is refused when resumed with MKL's own mode (the settings differ), in one line
+    naming the setting to restore; with the same settings it resumes."""
+    monkeypatch.setattr(portable, "status", "off (RLT_PORTABLE=0)")
+    monkeypatch.setenv("MKL_CBWR", "AVX2,STRICT")
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    out = run(
+        tiny(tmp_path, "+callbacks.inject_failure={kind: error, step: 3}"), raise_on_failure=False
+    )
+    status = json.loads((Path(out["run_dir"]) / "status.json").read_text())
+    assert status["portable"] is False and status["arithmetic"]["mkl_cbwr"] == "AVX2,STRICT"
+    monkeypatch.delenv("MKL_CBWR")
+    before = snapshot(tmp_path)
+    with pytest.raises(
+        ConfigError,
+        match=r"MKL_CBWR=AVX2,STRICT and this process has MKL_CBWR unset: resume it with MKL_CBWR=AVX2,STRICT",
+    ) as err:
+        run(tiny(tmp_path))
+    assert "\n" not in str(err.value) and snapshot(tmp_path) == before
+    monkeypatch.setenv("MKL_CBWR", "avx2,strict")
     assert run(tiny(tmp_path))["state"] == "resumed"
 
 

@@ -44,3 +44,25 @@ def test_a_tiny_bf16_mixed_run_of_every_family_finishes(tmp_path, model):
     ]
     assert losses and all(math.isfinite(x) for x in losses)
     assert results["test_by_policy"]["min_val_loss"]
+
+
+@pytest.mark.parametrize("model", ["deltaproduct", "pdssm", "deltanet", "rlt1"])
+def test_every_family_computes_in_bf16_weights(model):
+    """trainer.precision=bf16-true casts the weights themselves: the recurrences that compute
+    their transition in float32 under autocast (PD-SSM, DeltaNet's family) follow the weights'
+    width there instead of mixing dtypes (a PD-SSM of bf16 weights used to raise)."""
+    import torch
+
+    from rlt.models import DeltaNetConfig, DeltaProductConfig, PDSSMConfig, RLTConfig, build_model
+
+    small = dict(d_model=32, n_heads=4, vocab_size=140)
+    config = {
+        "deltaproduct": lambda: DeltaProductConfig(n_layers=2, **small),
+        "pdssm": lambda: PDSSMConfig(n_layers=2, **small),
+        "deltanet": lambda: DeltaNetConfig(n_layers=2, **small),
+        "rlt1": lambda: RLTConfig.from_split("1+1", feedback_interval=1, **small),
+    }[model]()
+    torch.manual_seed(0)
+    net = build_model(config).to(torch.bfloat16)
+    logits = net(torch.randint(1, 140, (2, 9), generator=torch.Generator().manual_seed(1)))
+    assert logits.dtype == torch.bfloat16 and bool(torch.isfinite(logits.float()).all())
