@@ -111,6 +111,24 @@ class SwiGLU(nn.Module):
         return self.w2(F.silu(a) * b)
 
 
+class MixingBlock(nn.Module):
+    """Pre-norm: x + mix(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)), where ``layer(config)`` is
+    the token mixing and carries a state (the linear-RNN baselines: DeltaNet, DeltaProduct,
+    PD-SSM)."""
+
+    def __init__(self, config, layer: type[nn.Module]) -> None:
+        super().__init__()
+        self.mix_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
+        self.mix = layer(config)
+        self.ffn_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
+        self.ffn = SwiGLU(config.d_model, config.d_ff)
+
+    def forward(self, x: Tensor, state):
+        y, state = self.mix(self.mix_norm(x), state)
+        x = x + y
+        return x + self.ffn(self.ffn_norm(x)), state
+
+
 class SelfAttention(nn.Module):
     """Fused QKV projection and output projection; the attention itself is up to the block."""
 

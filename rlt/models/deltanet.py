@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rlt.models.base import SequenceModel, check_batch
-from rlt.models.blocks import SwiGLU, init_weights
+from rlt.models.blocks import MixingBlock, init_weights
 from rlt.models.config import DeltaNetConfig
 
 
@@ -298,23 +298,6 @@ class DeltaNetLayer(nn.Module):
         return self._output(x, o), replace(state, conv=conv, s=s)
 
 
-class DeltaNetBlock(nn.Module):
-    """Pre-norm: x + mix(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)); ``layer`` is the token
-    mixing (DeltaNet's, or DeltaProduct's)."""
-
-    def __init__(self, config: DeltaNetConfig, layer: type[nn.Module] = DeltaNetLayer) -> None:
-        super().__init__()
-        self.mix_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
-        self.mix = layer(config)
-        self.ffn_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
-        self.ffn = SwiGLU(config.d_model, config.d_ff)
-
-    def forward(self, x: Tensor, state: DeltaNetLayerState) -> tuple[Tensor, DeltaNetLayerState]:
-        y, state = self.mix(self.mix_norm(x), state)
-        x = x + y
-        return x + self.ffn(self.ffn_norm(x)), state
-
-
 class DeltaNet(SequenceModel):
     """``embed -> n_layers DeltaNet blocks -> RMSNorm -> untied head``."""
 
@@ -328,7 +311,7 @@ class DeltaNet(SequenceModel):
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.blocks = nn.ModuleList(
-            DeltaNetBlock(config, self.layer_class) for _ in range(config.n_layers)
+            MixingBlock(config, self.layer_class) for _ in range(config.n_layers)
         )
         self.norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)

@@ -61,7 +61,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rlt.models.base import SequenceModel, check_batch
-from rlt.models.blocks import SwiGLU, init_weights
+from rlt.models.blocks import MixingBlock, init_weights
 from rlt.models.config import PDSSMConfig
 
 
@@ -151,22 +151,6 @@ class PDSSMLayer(nn.Module):
         return y.to(dtype), state
 
 
-class PDSSMBlock(nn.Module):
-    """Pre-norm: x + PDSSM(RMSNorm(x)), then x + SwiGLU(RMSNorm(x))."""
-
-    def __init__(self, config: PDSSMConfig) -> None:
-        super().__init__()
-        self.mix_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
-        self.mix = PDSSMLayer(config)
-        self.ffn_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
-        self.ffn = SwiGLU(config.d_model, config.d_ff)
-
-    def forward(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
-        y, state = self.mix(self.mix_norm(x), state)
-        x = x + y
-        return x + self.ffn(self.ffn_norm(x)), state
-
-
 class PDSSM(SequenceModel):
     """``embed -> n_layers PD-SSM blocks -> RMSNorm -> untied head``."""
 
@@ -174,7 +158,7 @@ class PDSSM(SequenceModel):
         super().__init__()
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
-        self.blocks = nn.ModuleList(PDSSMBlock(config) for _ in range(config.n_layers))
+        self.blocks = nn.ModuleList(MixingBlock(config, PDSSMLayer) for _ in range(config.n_layers))
         self.norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         # Linears and the embedding N(0, init_std) as in the other models; the dictionary, the
