@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from rlt import families, portable, rundir
-from rlt.training import identity
+from rlt.training import identity, resume
 from rlt.training.callbacks import load_weights
 from rlt.training.spec import ConfigError, RunSpec, prepare
 
@@ -70,6 +70,12 @@ def load_kept(run_dir: str | Path, policy: str = "min_val_loss", overrides=()) -
     cfg: DictConfig = OmegaConf.create(identity.upgraded(stored))  # written by an older version?
     cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
     spec = prepare(cfg, on_this_machine=True, scoring=True)
+    status = rundir.read_json(run_dir / rundir.STATUS, corrupt_ok=True) or {}
+    if (why := resume.tokens_mismatch(spec, status)) is not None:  # plugins renumbered them
+        raise ConfigError(
+            f"cannot score {run_dir}: {why}, so its embedding and output rows would stand for "
+            "other tokens; score it with the plugins it was trained with"
+        )
     model = build_model(families.get(spec.family).config_class()(**spec.model_kwargs))
     try:
         state = load_weights(ckpt)

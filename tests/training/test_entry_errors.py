@@ -20,7 +20,7 @@ from rlt.sweep import cell_states
 from rlt.training.run import SIGTERM_EXIT, check
 from rlt.training.spec import ConfigError
 from tests.test_extending import blocks
-from tests.training.helpers import compose_cfg
+from tests.training.helpers import REPO, compose_cfg
 from tests.training.test_trust import refused_by_precheck, tiny, train_py
 
 SHORT = ["task=parity", "model=rlt1", "split=1+1", "scale.max_steps=6", "scale.val_every=2"]
@@ -175,6 +175,21 @@ def test_a_run_resumes_only_with_the_token_table_it_started_with(lab, plugins, t
     assert json.loads((run_dir / "status.json").read_text())["state"] == "interrupted"
     proc = _count_task_train(lab, "plugins=[my_lab.count_task]")
     assert proc.returncode == 0 and "[resumed]" in proc.stdout, proc.stderr[-2000:]
+    # a finished run scored after its plugin was edited to number the tokens otherwise: eval.py
+    # loads the stored plugins, and is refused the same way before it writes anything
+    task = lab / "my_lab" / "count_task.py"
+    assert 'new_tokens = ("a", "b")' in task.read_text()
+    task.write_text(task.read_text().replace('new_tokens = ("a", "b")', 'new_tokens = ("b", "a")'))
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "eval.py"), str(run_dir)],
+        cwd=lab,
+        capture_output=True,
+        text=True,
+    )
+    err = proc.stderr.strip()
+    assert proc.returncode == 2 and f"cannot score {run_dir}" in err, err[-2000:]
+    assert "['b', 'a']" in err and "\n" not in err
+    assert not list(run_dir.glob("eval_*.json"))
 
 
 def test_a_grid_with_hydra_searchpath_is_still_prechecked(tmp_path, capsys):
