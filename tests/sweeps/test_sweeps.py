@@ -206,6 +206,8 @@ def test_submitit_local_executor(tmp_path):
         ("probe_laptop", 18, 18),
         ("baselines_laptop", 36, 36),
         ("baselines", 72, 72),
+        ("laptop_trackers", 24, 24),
+        ("laptop_long_trackers", 24, 24),
     ],
 )
 def test_presets_have_their_documented_cell_counts(sweep, distinct, jobs):
@@ -235,6 +237,8 @@ def test_every_sweep_file_is_tested():
         "probe_laptop",
         "baselines_laptop",
         "baselines",
+        "laptop_trackers",
+        "laptop_long_trackers",
     }
 
 
