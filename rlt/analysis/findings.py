@@ -494,9 +494,16 @@ def beyond_table(
         data=pd.DataFrame(rows),
         notes=[
             "beats = the baseline's mean - SD above RLT-1's mean + SD; below = the reverse; "
-            "matches = the ranges overlap"
+            "matches = the ranges overlap; a cell of one seed is not judged"
         ],
     )
+
+
+def _mean_sd(row) -> str:
+    """``mean ± SD (n=k)``; one seed has no SD: ``mean (n=1)``."""
+    if row["n"] < 2:
+        return f"{row['mean']:.2f} (n={int(row['n'])})"
+    return f"{row['mean']:.2f} ± {row['sd']:.2f} (n={int(row['n'])})"
 
 
 def _beyond_rows(scaled: pd.DataFrame, rlt1: dict, baselines: tuple[str, ...], budget: str):
@@ -512,7 +519,9 @@ def _beyond_rows(scaled: pd.DataFrame, rlt1: dict, baselines: tuple[str, ...], b
             if hit.empty:
                 continue
             b = hit.iloc[0]
-            if b["mean"] - b["sd"] > r["mean"] + r["sd"]:
+            if b["n"] < 2 or r["n"] < 2:  # one seed has no spread to compare
+                relation = "not judged (one seed)"
+            elif b["mean"] - b["sd"] > r["mean"] + r["sd"]:
                 relation = "beats"
             elif b["mean"] + b["sd"] < r["mean"] - r["sd"]:
                 relation = "below"
@@ -523,9 +532,9 @@ def _beyond_rows(scaled: pd.DataFrame, rlt1: dict, baselines: tuple[str, ...], b
                     "task": task,
                     "budget": budget,
                     "baseline": base,
-                    "baseline scaled acc": f"{b['mean']:.2f} ± {b['sd']:.2f} (n={int(b['n'])})",
+                    "baseline scaled acc": _mean_sd(b),
                     "vs": column,
-                    "RLT-1 scaled acc": f"{r['mean']:.2f} ± {r['sd']:.2f} (n={int(r['n'])})",
+                    "RLT-1 scaled acc": _mean_sd(r),
                     "relation": relation,
                 }
             )

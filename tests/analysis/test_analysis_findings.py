@@ -254,3 +254,27 @@ def test_the_laptop_page_shows_what_the_tables_print():
     old, new = module.rendered()
     assert old == new, "run python docs/results/laptop/update_tables.py"
     assert "| F1 |" in old and "| F10 |" in old
+
+
+def test_the_beyond_table_judges_only_cells_with_a_spread():
+    """Issue 57: a baseline cell of one seed has no SD; it is shown as ``mean (n=1)`` and not
+    judged (a NaN SD used to make every comparison false and read as "matches")."""
+    import pandas as pd
+
+    from rlt.analysis.findings import _beyond_rows
+
+    scaled = pd.DataFrame(
+        [
+            {"key": "s5_swaps", "column": "RLT-1 2+2", "mean": 56.51, "sd": 25.10, "n": 5},
+            {"key": "s5_swaps", "column": "PD-SSM 2", "mean": 0.34, "sd": float("nan"), "n": 1},
+            {"key": "s5_swaps", "column": "LSTM 2", "mean": 10.0, "sd": 2.0, "n": 3},
+            {"key": "s5_swaps", "column": "DeltaNet [-1,1] 2", "mean": 98.9, "sd": 1.6, "n": 3},
+        ]
+    )
+    rows = _beyond_rows(
+        scaled, {"s5_swaps": "RLT-1 2+2"}, ("PD-SSM 2", "LSTM 2", "DeltaNet [-1,1] 2"), "3,000"
+    )
+    got = {r["baseline"]: (r["relation"], r["baseline scaled acc"]) for r in rows}
+    assert got["PD-SSM 2"] == ("not judged (one seed)", "0.34 (n=1)")
+    assert got["LSTM 2"][0] == "below" and got["DeltaNet [-1,1] 2"][0] == "beats"
+    assert rows[0]["RLT-1 scaled acc"] == "56.51 ± 25.10 (n=5)"
