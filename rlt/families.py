@@ -32,14 +32,40 @@ class Family:
     name: str
     config: str  # "module:Class" of its config dataclass (fields = the model.* keys)
     model: str  # "module:Class" of its SequenceModel, built as Model(config)
-    depth_only: bool  # labelled by depth alone ("Transformer 8"); False: by split (RLT)
+    depth_only: bool  # built and labelled by depth alone ("Transformer 8"); False: by split
     variants: tuple[Variant, ...]  # the first is the family's default
+    # A feedback interval B (model.feedback_interval) that a run chooses, a schedule changes and
+    # evaluation sets after a checkpoint loads (the RLT's chunk size); False: the node's
+    # feedback_interval is null and nothing reads it.
+    feedback: bool = False
+    # "module:Class" of the family's LightningModule (a rlt.training.module.SequenceModule);
+    # None: the shared one, named after the family.
+    module: str | None = None
 
     def config_class(self) -> type:
-        return _load(self.config)
+        return load(self.config)
 
     def model_class(self) -> type:
-        return _load(self.model)
+        return load(self.model)
+
+    def depth(self, n_enc: int, n_dec: int) -> dict[str, int]:
+        """The config's depth fields for a split: a split family keeps n_enc and n_dec, a
+        depth-only family stacks n_enc + n_dec layers."""
+        if self.depth_only:
+            return {"n_layers": n_enc + n_dec}
+        return {"n_enc": n_enc, "n_dec": n_dec}
+
+    def split_name(self, split: str) -> str | None:
+        """The split as a run records it: its name for a split family, None otherwise."""
+        return None if self.depth_only else split
+
+    def interval(self, stored: int | None, scheduled: int | None) -> int | None:
+        """The chunk size a checkpoint is evaluated with: the last stage's under a feedback
+        schedule (SPEC: inference uses it), else the one it trained with; None without
+        feedback."""
+        if not self.feedback:
+            return None
+        return scheduled if scheduled is not None else stored
 
 
 _TABLE: dict[str, Family] = {}
@@ -71,6 +97,11 @@ def get(name: str) -> Family:
     if name not in _TABLE:
         raise KeyError(f"model family {name!r} is unknown; expected one of {sorted(_TABLE)}")
     return _TABLE[name]
+
+
+def find(name: object) -> Family | None:
+    """The family of that name, or None (an unknown or missing ``model.family``)."""
+    return _TABLE.get(name) if isinstance(name, str) else None
 
 
 def variants() -> list[Variant]:
@@ -135,7 +166,8 @@ class _ConfigClasses(Mapping):
 CONFIG_CLASSES = _ConfigClasses()
 
 
-def _load(path: str) -> type:
+def load(path: str) -> type:
+    """The class a "module:Class" path names (imported on first use)."""
     module, _, attr = path.partition(":")
     return getattr(importlib.import_module(module), attr)
 
@@ -151,6 +183,7 @@ register(
             Variant("RLT-2", ("rlt2",), "Oranges"),
             Variant("RLT-0", ("rlt0",), "Greens"),
         ),
+        feedback=True,
     )
 )
 register(

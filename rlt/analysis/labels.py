@@ -137,6 +137,12 @@ def split_depths_or_none(split: str | None) -> tuple[int | None, int | None]:
     return (int(m.group(1)), int(m.group(2))) if m else (None, None)
 
 
+def _feedback_family(family: str | None) -> bool:
+    """A registered family whose variants its feedback interval names (RLT-0, -1, -2)."""
+    found = families.find(family)
+    return found is not None and found.feedback
+
+
 def model_key(
     *,
     model: str | None,
@@ -178,7 +184,7 @@ def model_key(
         variant = f"RLT-{m.group(1)}"
         if variant == "RLT-2" and feedback_interval is None and m.group(2):
             feedback_interval = int(m.group(2))
-    elif family == "rlt" or model.lower().startswith("rlt"):
+    elif _feedback_family(family) or model.lower().startswith("rlt"):
         variant = (
             "RLT-0" if feedback_interval is None else "RLT-1" if feedback_interval == 1 else "RLT-2"
         )

@@ -46,6 +46,7 @@ from torch import Tensor, nn
 from rlt.models.base import SequenceModel, check_batch
 from rlt.models.blocks import MixingBlock, init_weights
 from rlt.models.config import DeltaNetConfig
+from rlt.models.state import LayersMemory
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,7 +209,7 @@ class DeltaNetLayerState:
 
 
 @dataclass
-class DeltaNetState:
+class DeltaNetState(LayersMemory):
     position: int
     layers: list[DeltaNetLayerState]
 

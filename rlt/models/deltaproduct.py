@@ -54,6 +54,7 @@ from torch import Tensor, nn
 
 from rlt.models.config import DeltaProductConfig
 from rlt.models.deltanet import DeltaNet, DeltaNetLayer, chunked_delta, recurrent_delta
+from rlt.models.state import LayersMemory
 
 
 @dataclass
@@ -66,7 +67,7 @@ class DeltaProductLayerState:
 
 
 @dataclass
-class DeltaProductState:
+class DeltaProductState(LayersMemory):
     position: int
     layers: list[DeltaProductLayerState]
 

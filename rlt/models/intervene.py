@@ -24,21 +24,12 @@ boundary), ``P`` (before input position P, 0-based), ``every:K`` (before positio
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from rlt.models.base import greedy_continuation
-
-PARTS = {
-    "RecurrentLoopedTransformer": ("feedback", "window", "memory"),
-    "DecoderOnlyTransformer": ("memory",),
-    "LSTMModel": ("memory",),
-    "DeltaNet": ("memory",),
-    "DeltaProduct": ("memory",),
-    "PDSSM": ("memory",),
-}
 
 
 class InterventionError(ValueError):
@@ -46,10 +37,14 @@ class InterventionError(ValueError):
 
 
 def parts_of(model) -> tuple[str, ...]:
-    name = type(model).__name__
-    if name not in PARTS:
-        raise InterventionError(f"state interventions do not know the family {name}")
-    return PARTS[name]
+    """The parts of the model's state (its state class's ``PARTS``), as a state knows them."""
+    parts = getattr(type(model.init_state(1)), "PARTS", None)
+    if not parts:
+        raise InterventionError(
+            f"state interventions do not know the family {type(model).__name__}: its state "
+            "class declares no PARTS and no dropped(parts, fresh) (rlt/models/state.py)"
+        )
+    return tuple(parts)
 
 
 @dataclass(frozen=True)
@@ -133,25 +128,7 @@ def parse(model, drop, at) -> Intervention:
 
 def drop(model, state, parts: tuple[str, ...], batch: int):
     """A copy of ``state`` with ``parts`` back to the model's initial state (same position)."""
-    fresh = model.init_state(batch)
-    name = type(model).__name__
-    if name == "RecurrentLoopedTransformer":
-        changes = {}
-        if "feedback" in parts and state.s is not None:
-            changes["s"] = fresh.s
-        if "window" in parts:  # empty from here: its zero slots are masked, as before position 0
-            changes["window"], changes["window_from"] = fresh.window, state.position
-        if "memory" in parts:  # the memory then holds the positions from here on
-            changes["encoder"], changes["memory"] = fresh.encoder, fresh.memory
-            changes["memory_from"] = state.position
-        return replace(state, **changes)
-    if "memory" not in parts:
-        return state
-    if name == "DecoderOnlyTransformer":
-        return replace(state, layers=fresh.layers)
-    if name == "LSTMModel":
-        return replace(state, h=fresh.h, c=fresh.c)
-    return replace(state, layers=fresh.layers)
+    return state.dropped(parts, model.init_state(batch))
 
 
 @torch.no_grad()

@@ -63,10 +63,11 @@ from torch import Tensor, nn
 from rlt.models.base import SequenceModel, check_batch
 from rlt.models.blocks import MixingBlock, init_weights
 from rlt.models.config import PDSSMConfig
+from rlt.models.state import LayersMemory
 
 
 @dataclass
-class PDSSMState:
+class PDSSMState(LayersMemory):
     """Every layer's complex state after ``position`` tokens, as (real, imaginary) pairs."""
 
     position: int

@@ -5,7 +5,8 @@ All rows of a batch share one position (prompts of a batch are the same length).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -112,9 +113,26 @@ class RLTState:
     window_from: int = 0
     memory_from: int = 0
 
+    # The parts a state intervention (rlt.models.intervene) can put back to the initial state.
+    PARTS: ClassVar[tuple[str, ...]] = ("feedback", "window", "memory")
+
     @property
     def batch_size(self) -> int:
         return (self.encoder[0] if self.encoder else self.window[0]).k.shape[0]
+
+    def dropped(self, parts: tuple[str, ...], fresh: RLTState) -> RLTState:
+        """A copy with ``parts`` taken from ``fresh`` (the initial state), at the same position:
+        the fed-back s_t back to s* (RLT-0 has none: no change), the windows emptied and the
+        encoder caches and memory restarted from here."""
+        changes: dict = {}
+        if "feedback" in parts and self.s is not None:
+            changes["s"] = fresh.s
+        if "window" in parts:  # empty from here: its zero slots are masked, as before position 0
+            changes["window"], changes["window_from"] = fresh.window, self.position
+        if "memory" in parts:  # the memory then holds the positions from here on
+            changes["encoder"], changes["memory"] = fresh.encoder, fresh.memory
+            changes["memory_from"] = self.position
+        return replace(self, **changes)
 
     def clone(self) -> RLTState:
         return RLTState(
@@ -142,8 +160,18 @@ class RLTState:
         return total + (0 if self.s is None else self.s.numel() * self.s.element_size())
 
 
+class LayersMemory:
+    """A state whose one part, ``memory``, is its ``layers`` (KV caches, matrix states, ...):
+    a state intervention puts them all back to the initial state."""
+
+    PARTS: ClassVar[tuple[str, ...]] = ("memory",)
+
+    def dropped(self, parts: tuple[str, ...], fresh):
+        return replace(self, layers=fresh.layers) if "memory" in parts else self
+
+
 @dataclass
-class TransformerState:
+class TransformerState(LayersMemory):
     """The baseline's KV caches after ``position`` tokens."""
 
     position: int
@@ -167,6 +195,11 @@ class LSTMState:
     position: int
     h: Tensor
     c: Tensor
+
+    PARTS: ClassVar[tuple[str, ...]] = ("memory",)
+
+    def dropped(self, parts: tuple[str, ...], fresh: LSTMState) -> LSTMState:
+        return replace(self, h=fresh.h, c=fresh.c) if "memory" in parts else self
 
     @property
     def batch_size(self) -> int:

@@ -18,7 +18,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from rlt import rundir
+from rlt import families, rundir
 from rlt.models import RecurrentLoopedTransformer
 from rlt.tasks.vocab import PAD as PAD_ID
 from rlt.training.schedule import FeedbackSchedule
@@ -95,6 +95,23 @@ def load_weights(path: Path) -> dict[str, Any]:
             f"cannot load the weights file {path} ({type(e).__name__}: {str(e)[:200]}). It must "
             "hold only tensors and plain values; rerun with force=true to retrain this run."
         ) from e
+
+
+def eval_interval(spec, ckpt: dict[str, Any]) -> int | None:
+    """The chunk size a policy file is evaluated with: the last schedule stage's (SPEC:
+    inference uses it), else the one it trained with; None for a family without feedback."""
+    scheduled = spec.schedule.final if spec.schedule is not None else None
+    return families.get(spec.family).interval(ckpt.get("feedback_interval"), scheduled)
+
+
+def restore(model: torch.nn.Module, ckpt: dict[str, Any], spec) -> int | None:
+    """A loaded policy file's weights into ``model``, set to evaluate as :func:`eval_interval`
+    says; returns that chunk size."""
+    model.load_state_dict(ckpt["state_dict"])
+    fb = eval_interval(spec, ckpt)
+    if fb:
+        model.feedback_interval = fb
+    return fb
 
 
 class ValidationAndCheckpoints(L.Callback):

@@ -14,6 +14,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from rlt import families
 from rlt.rundir import JOBS_DIR
 from rlt.training.hydra_env import (  # noqa: F401 - the Hydra-facing names, re-exported
     hydra_output_dir,
@@ -262,6 +263,12 @@ def expand_jobs(config: DictConfig) -> list[list[str]]:
     return basic_sweep([f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task))
 
 
+def _split_name(cfg: DictConfig) -> str | None:
+    """The split a cell records: its name for a split family (the RLT), else None."""
+    family = families.find(cfg.model.get("family"))
+    return family.split_name(cfg.split.name) if family is not None else None
+
+
 def write_grid(config: DictConfig, sweep_dir: Path) -> None:
     """``grid.json``: the distinct cells this multirun will produce (analysis and
     ``python -m rlt.sweep status`` use it to name missing cells)."""
@@ -277,7 +284,7 @@ def write_grid(config: DictConfig, sweep_dir: Path) -> None:
                 "task": cfg.task.name,
                 "model": cfg.model.name,
                 "label": cfg.model.label,
-                "split": cfg.split.name if cfg.model.family == "rlt" else None,
+                "split": _split_name(cfg),
                 "arch_tag": cfg.model.arch_tag,
                 "seed": cfg.seed,
                 "overrides": job,

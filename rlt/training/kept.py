@@ -14,7 +14,7 @@ from torch import nn
 
 from rlt import families, portable, rundir
 from rlt.training import identity, resume
-from rlt.training.callbacks import load_weights
+from rlt.training.callbacks import load_weights, restore
 from rlt.training.spec import ConfigError, RunSpec, prepare
 
 
@@ -83,8 +83,5 @@ def load_kept(run_dir: str | Path, policy: str = "min_val_loss", overrides=()) -
         raise ConfigError(
             f"{ckpt} does not load ({type(e).__name__}); retrain the run (force=true) to rewrite it"
         ) from e
-    model.load_state_dict(state["state_dict"])
-    fb = spec.schedule.final if spec.schedule is not None else state.get("feedback_interval")
-    if spec.family == "rlt" and fb:
-        model.feedback_interval = fb
+    restore(model, state, spec)
     return Kept(spec=spec, model=model.eval(), step=int(state["step"]))

@@ -24,7 +24,7 @@ from rlt.training.evaluate import mean_over_examples
 
 
 class SequenceModule(L.LightningModule):
-    """Shared training logic; subclasses only name their family."""
+    """Shared training logic of every family (:func:`module_for` names one per family)."""
 
     family: str  # model.family: the config dataclass and model come from rlt/families.py
 
@@ -125,43 +125,17 @@ class SequenceModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
 
-class RLTModule(SequenceModule):
-    """RLT-1, RLT-2 and RLT-0 (the feedback interval is a model setting)."""
-
-    family = "rlt"
-
-    def set_feedback_interval(self, interval: int | None) -> None:
-        self.model.feedback_interval = interval
-
-
-class TransformerModule(SequenceModule):
-    """The decoder-only Transformer baseline."""
-
-    family = "transformer"
-
-
-class LSTMModule(SequenceModule):
-    """The LSTM recurrent control (not in the report)."""
-
-    family = "lstm"
-
-
-class DeltaNetModule(SequenceModule):
-    """DeltaNet with eigenvalues in [-1, 1] or [0, 1] (issue 14, not in the report)."""
-
-    family = "deltanet"
-
-
-_MODULES: dict[str, type[SequenceModule]] = {
-    m.family: m for m in (RLTModule, TransformerModule, LSTMModule, DeltaNetModule)
-}
+_MODULES: dict[str, type[SequenceModule]] = {}
 
 
 def module_for(family: str) -> type[SequenceModule]:
-    """The LightningModule of a family (rlt/families.py); a family registered without one of
-    its own gets the shared training logic as ``<Name>Module``."""
+    """The LightningModule of a family: the one its entry in rlt/families.py names, else the
+    shared training logic as ``<Name>Module`` (``RltModule``, ``TransformerModule``, ...)."""
     if family not in _MODULES:
-        families.get(family)  # unknown families fail here, naming the known ones
-        name = "".join(part.title() for part in family.split("_")) + "Module"
-        _MODULES[family] = type(name, (SequenceModule,), {"family": family})
+        entry = families.get(family)  # unknown families fail here, naming the known ones
+        if entry.module is not None:
+            _MODULES[family] = families.load(entry.module)
+        else:
+            name = "".join(part.title() for part in family.split("_")) + "Module"
+            _MODULES[family] = type(name, (SequenceModule,), {"family": family})
     return _MODULES[family]

@@ -13,7 +13,13 @@ import torch
 import rlt
 from rlt import portable, rundir
 from rlt.tasks import metrics as task_metrics
-from rlt.training.callbacks import POLICIES, ValidationAndCheckpoints, load_weights
+from rlt.training.callbacks import (
+    POLICIES,
+    ValidationAndCheckpoints,
+    eval_interval,
+    load_weights,
+    restore,
+)
 from rlt.training.evaluate import evaluate_lengths
 
 
@@ -32,19 +38,15 @@ def evaluate_policies(
     for policy in policies:
         ckpt = load_weights(spec.run_dir / rundir.CKPT_DIR / f"{policy}.pt")
         step = int(ckpt["step"])
-        # Evaluate with the chunk size of the last training stage (SPEC: inference must use it).
-        fb = spec.schedule.final if spec.schedule is not None else ckpt["feedback_interval"]
         if step not in by_step:
-            model.load_state_dict(ckpt["state_dict"])
-            if spec.family == "rlt" and fb != model.feedback_interval:
-                model.feedback_interval = fb
+            restore(model, ckpt, spec)
             say(f"  evaluating {policy} checkpoint (step {step}) on lengths {spec.test_lengths}")
             by_step[step] = evaluate_lengths(
                 model, loaders, with_exact=with_exact, acc_mode=spec.task.acc_mode
             )
         by_policy[policy] = {
             "step": step,
-            "feedback_interval": fb if spec.family == "rlt" else None,
+            "feedback_interval": eval_interval(spec, ckpt),
             "val": {k: v for k, v in recorder.best[policy].items() if k != "step"},
             "rows": by_step[step],
         }

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rlt import portable, rundir
+from rlt import families, portable, rundir
 from rlt.training import hydra_env, identity, resume, slurm
 from rlt.training.callbacks import (
     FeedbackDiagnostics,
@@ -450,16 +450,13 @@ def _probe(spec: RunSpec, model: torch.nn.Module) -> dict[str, Any] | None:
     """``evaluate.probe``: the linear state probe of the selected (min_val_loss) checkpoint, or
     None where it is off or the task has no running target."""
     from rlt import probe
-    from rlt.training.callbacks import load_weights
+    from rlt.training.callbacks import load_weights, restore
 
     setting = spec.settings.probe
     if setting in (False, "off") or (setting == "auto" and not probe.has_target(spec.task)):
         return None
     ckpt = load_weights(spec.run_dir / rundir.CKPT_DIR / "min_val_loss.pt")
-    model.load_state_dict(ckpt["state_dict"])
-    fb = spec.schedule.final if spec.schedule is not None else ckpt.get("feedback_interval")
-    if spec.family == "rlt" and fb:
-        model.feedback_interval = fb  # as evaluated: the last training stage's chunk size
+    restore(model, ckpt, spec)  # as evaluated: the last training stage's chunk size
     start = time.perf_counter()
     block = probe.probe_model(model, spec.task, spec.test_lengths, n_test=spec.settings.n_test)
     block = {"policy": "min_val_loss", "step": int(ckpt["step"]), **block}
@@ -498,7 +495,7 @@ def _extra_callbacks(spec: RunSpec, dm, recorder: ValidationAndCheckpoints, live
     and progress output, as the config asks."""
     s, run_dir = spec.settings, spec.run_dir
     callbacks = []
-    if s.diagnostics_every and spec.family == "rlt":
+    if s.diagnostics_every and families.get(spec.family).feedback:
 
         def diagnostic_batch():
             return next(iter(dm.val_dataloader()))["tokens"][:64]

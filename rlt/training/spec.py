@@ -14,7 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from rlt import plugins, rundir
+from rlt import families, plugins, rundir
 from rlt.tasks import get_task, vocab
 from rlt.training import hydra_env, optim, schema
 from rlt.training.families import FAMILIES, MODEL_META, RLT_VARIANTS, rlt_variant, variant_option
@@ -156,7 +156,7 @@ def _check_shapes(cfg: DictConfig) -> None:
             f"scale.warmup_steps={scale.warmup_steps} exceeds scale.max_steps={scale.max_steps}: "
             "the learning rate would never reach scale.lr; lower scale.warmup_steps"
         )
-    if model.get("family") == "rlt" and str(model.get("name", "")).startswith("rlt2"):
+    if _has_feedback(model.get("family")) and str(model.get("name", "")).startswith("rlt2"):
         if model.get("feedback_interval") is None:
             raise ConfigError("RLT-2 needs a chunk size: set model.feedback_interval=B (e.g. 4)")
 
@@ -167,7 +167,7 @@ def _check_variant(cfg: DictConfig, family: str, schedule: FeedbackSchedule | No
     is refused with the option to use. With a feedback schedule the label must name the
     schedule's chunk sizes (``RLT-2 B=8→4→1``, optionally followed by what else tells two
     schedules apart: ``RLT-2 B=4→1 at 75%``), whatever model.feedback_interval says."""
-    if family != "rlt":
+    if not _has_feedback(family):
         return
     model = cfg.model
     if schedule is not None:
@@ -308,7 +308,7 @@ def _feedback_schedule(cfg: DictConfig, family: str) -> FeedbackSchedule | None:
     model = cfg.model
     if not model.get("feedback_schedule"):
         return None
-    if family != "rlt" or model.feedback_interval is None:
+    if not _has_feedback(family) or model.feedback_interval is None:
         raise ConfigError(
             "model.feedback_schedule needs an RLT model with feedback (model=rlt2 or rlt1)"
         )
@@ -349,11 +349,11 @@ def _identity(cfg: DictConfig, family: str, run_dir: Path) -> dict[str, Any]:
         "model": model.name,
         "label": model.label,
         "family": family,
-        "split": split.name if family == "rlt" else None,
+        "split": families.get(family).split_name(split.name),
         "n_enc": split.n_enc,
         "n_dec": split.n_dec,
         "n_layers": split.n_enc + split.n_dec,
-        "feedback_interval": model.feedback_interval if family == "rlt" else None,
+        "feedback_interval": model.feedback_interval if _has_feedback(family) else None,
         "seed": cfg.seed,
         "data_seed": cfg.task.data_seed,
         "preset": cfg.scale.name,
@@ -498,7 +498,7 @@ def model_config(cfg: DictConfig) -> tuple[str, type, dict[str, Any]]:
     fields = {f.name for f in dataclasses.fields(config_cls)}
     settable = sorted(fields - set(_FROM_SCALE) - {"n_enc", "n_dec", "n_layers", "vocab_size"})
     # The baselines carry feedback_interval: null only so every model node has the same keys.
-    meta = MODEL_META if family == "rlt" else (*MODEL_META, "feedback_interval")
+    meta = MODEL_META if _has_feedback(family) else (*MODEL_META, "feedback_interval")
     given = {k: v for k, v in model.items() if k not in meta}
     unknown = sorted(set(given) - set(settable))
     if unknown:
@@ -516,15 +516,17 @@ def model_config(cfg: DictConfig) -> tuple[str, type, dict[str, Any]]:
         # A family whose token mixing has more or fewer parameters than attention (DeltaNet's
         # layer one d x d matrix more) gets the FFN width that matches the Transformer's blocks.
         kwargs["d_ff"] = matched_d_ff(scale.d_ff, kwargs)
-    if family == "rlt":
-        kwargs.update(n_enc=split.n_enc, n_dec=split.n_dec)
-    else:
-        kwargs.update(n_layers=split.n_enc + split.n_dec)
+    kwargs.update(families.get(family).depth(split.n_enc, split.n_dec))
     try:
         config_cls(**kwargs)
     except (ValueError, TypeError) as e:
         raise ConfigError(f"model config: {e}") from e
     return family, config_cls, kwargs
+
+
+def _has_feedback(family: Any) -> bool:
+    """Whether ``model.family`` is a registered family with a feedback interval (the RLT)."""
+    return family in FAMILIES and families.get(family).feedback
 
 
 def _check_type(key: str, value: Any, default: Any) -> None:
