@@ -6,6 +6,7 @@ config is composed; importing it registers the config resolvers (``hydra_env``).
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -247,14 +248,25 @@ def report_job(cfg: DictConfig, outcome: dict[str, Any]) -> None:
 
 
 def basic_sweep(args: list[str]) -> list[list[str]]:
-    """The jobs Hydra's basic sweeper makes of command-line overrides, in its order (the cross
-    product, the last sweep varying fastest). The one place that reaches into Hydra's private
-    modules; tests/sweeps/test_sweeps.py fails if Hydra changes what it returns."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    """The jobs Hydra's basic sweeper makes of command-line overrides, in its order: the cross
+    product of each key's values (a key given twice keeps its first place and its last values),
+    the last key varying fastest. Written with Hydra's public override parser;
+    tests/sweeps/test_sweeps.py holds it equal to Hydra's own sweeper."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    overrides = OverridesParser.create().parse_overrides(args)
-    return [list(job) for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+    axes: dict[str, list[str]] = {}
+    for override in OverridesParser.create().parse_overrides(args):
+        key = override.get_key_element()
+        if not override.is_sweep_override():
+            axes[key] = [f"{key}={override.get_value_element_as_str()}"]
+        elif override.is_discrete_sweep():
+            axes[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            raise ValueError(
+                f"{override.input_line}: the basic sweeper takes lists, range() and choice(); an "
+                "interval() needs an optimizing sweeper (hydra/sweeper=...)"
+            )
+    return [list(job) for job in itertools.product(*axes.values())]
 
 
 def expand_jobs(config: DictConfig) -> list[list[str]]:

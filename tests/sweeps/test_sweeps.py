@@ -392,9 +392,30 @@ def test_a_second_launch_keeps_the_first_launchs_cells(tmp_path):
     assert states["parity_prefix/rlt1/2+2/seed9"] == "done"
 
 
-def test_hydras_basic_sweep_is_the_cross_product_in_order():
-    """basic_sweep is the one use of Hydra's private modules: if Hydra changes how its basic
-    sweeper splits a command, this fails (the grid order and grid.json depend on it)."""
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["seed=1,2", "task=parity,s5", "split=4+4"],
+        ["seed=range(42,45)", "+task.options.n=3", "model=rlt1,transformer", "seed=7,8"],
+        ["grid_cell=laptop/a,laptop/b", "~wandb", "scale.lr=choice(0.1,0.01)", "x=[1,2]"],
+        ["++root=/tmp/r", "seed=1", "task=parity", "seed=2,3"],
+    ],
+)
+def test_the_basic_sweep_expands_as_hydras_own_sweeper(args):
+    """basic_sweep (public parser only) against Hydra's BasicSweeper itself, the reference: the
+    same jobs in the same order (the grid order and grid.json depend on it)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from rlt.training.hydra_support import basic_sweep
+
+    parsed = OverridesParser.create().parse_overrides(args)
+    hydras = [list(j) for batch in BasicSweeper.split_arguments(parsed, None) for j in batch]
+    assert len(hydras) > 1  # every case sweeps something
+    assert basic_sweep(args) == hydras
+
+
+def test_the_basic_sweep_is_the_cross_product_in_order():
     from rlt.training.hydra_support import basic_sweep
 
     assert basic_sweep(["seed=1,2", "task=parity,s5", "split=4+4"]) == [
@@ -403,6 +424,13 @@ def test_hydras_basic_sweep_is_the_cross_product_in_order():
         ["seed=2", "task=parity", "split=4+4"],
         ["seed=2", "task=s5", "split=4+4"],
     ]
+
+
+def test_an_interval_sweep_is_refused_in_one_line():
+    from rlt.training.hydra_support import basic_sweep
+
+    with pytest.raises(ValueError, match="interval\\(\\) needs an optimizing sweeper"):
+        basic_sweep(["scale.lr=interval(0.1,1.0)"])
 
 
 @pytest.mark.parametrize(
