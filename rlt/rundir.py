@@ -123,18 +123,30 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 def atomic_write(path: str | Path, write: Callable[[IO], Any], mode: str = "w") -> None:
-    """``write(f)`` into a temporary file in ``path``'s directory (opened with ``mode``), then
-    rename it to ``path``: a reader sees the old file or the new one, never a partial one, and a
-    write that fails leaves the old file as it was."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide results from collaborators
-    try:
-        with os.fdopen(fd, mode) as f:
+    """``write(f)`` into a temporary file in ``path``'s directory (opened with ``mode``, synced),
+    then :func:`atomic_replace`."""
+
+    def write_to(tmp: Path) -> None:
+        with open(tmp, mode) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+
+    atomic_replace(path, write_to)
+
+
+def atomic_replace(path: str | Path, write_to: Callable[[Path], Any]) -> None:
+    """``write_to(tmp)`` writes a temporary file in ``path``'s directory, which is then renamed
+    to ``path``: a reader sees the old file or the new one, never a partial one, and a write
+    that fails leaves the old file as it was. The one atomic write of the package (run files,
+    checkpoints, state files)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide results from collaborators
+    try:
+        write_to(Path(tmp))
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

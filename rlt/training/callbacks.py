@@ -9,8 +9,6 @@ so far) and ``last.ckpt``; the run validates the last step with ``trainer.valida
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -60,13 +58,9 @@ class WriteError(OSError):
 def _written(path: Path, write) -> None:
     """Write ``path`` through a temporary file (``write(tmp)``), naming the file when it fails:
     torch.save reports a full disk as "enforce fail at inline_container.cc"."""
-    tmp = path.with_name(f".{path.name}.tmp")
     try:
-        write(tmp)
-        os.replace(tmp, path)
+        rundir.atomic_replace(path, write)
     except (OSError, RuntimeError) as e:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
         reason = getattr(e, "strerror", None) or str(e).strip().splitlines()[0][:160]
         raise WriteError(
             f"cannot write {path} ({reason}): the disk may be full, a file-size limit reached or "
