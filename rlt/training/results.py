@@ -4,6 +4,7 @@ assembled into results.json (schema in README), and the summaries printed or log
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import sys
 from typing import Any
@@ -24,10 +25,11 @@ from rlt.training.evaluate import evaluate_lengths
 
 
 def evaluate_policies(
-    spec, module, dm, recorder: ValidationAndCheckpoints, n_params: int
-) -> dict[str, Any]:
+    spec, model: torch.nn.Module, dm, recorder: ValidationAndCheckpoints
+) -> dict[str, dict[str, Any]]:
+    """Every checkpoint policy's weights scored on the test lengths: results.json's
+    ``test_by_policy`` (min_val_loss always among them: it is the selection)."""
     s = spec.settings
-    model = module.model
     policies = [p for p in s.policies if p in POLICIES] or ["min_val_loss"]
     if "min_val_loss" not in policies:
         policies.insert(0, "min_val_loss")
@@ -50,6 +52,21 @@ def evaluate_policies(
             "val": {k: v for k, v in recorder.best[policy].items() if k != "step"},
             "rows": by_step[step],
         }
+    return by_policy
+
+
+def assemble(
+    spec,
+    recorder: ValidationAndCheckpoints,
+    by_policy: dict[str, dict[str, Any]],
+    *,
+    n_params: int,
+    step_paths: dict[str, Any],
+    probe: dict[str, Any] | None,
+    fit_seconds: float,
+) -> dict[str, Any]:
+    """results.json, whole: the one place it is built (its schema: docs/DESIGN.md)."""
+    s = spec.settings
     selected = by_policy["min_val_loss"]
     return {
         "schema_version": 1,
@@ -73,7 +90,40 @@ def evaluate_policies(
         "versions": versions(),
         "arithmetic": portable.describe(),
         "config_hash": hashlib.sha1(s.config_yaml.encode()).hexdigest()[:12],
+        **step_paths,  # compiled_step, native_loop: how the steps ran
+        **({"probe": probe} if probe is not None else {}),
+        "stopped_early": recorder.stopped_early,
+        "timing": _timing(recorder, fit_seconds),
     }
+
+
+def _timing(recorder: ValidationAndCheckpoints, fit_seconds: float) -> dict[str, Any]:
+    return {
+        "sec_per_step": recorder.train_seconds / max(1, recorder.timed_steps),
+        "train_seconds": recorder.train_seconds,
+        "timed_steps": recorder.timed_steps,
+        "fit_seconds_this_process": fit_seconds,
+        # core-seconds (process CPU time) of the timed steps, in all and per chunk size B in
+        # force ("None": no feedback; a feedback schedule has one entry per stage's B)
+        "cpu_seconds": recorder.cpu_seconds,
+        "cpu_sec_per_step": recorder.cpu_seconds / max(1, recorder.timed_steps),
+        "by_interval": recorder.by_interval,
+        "threads": torch.get_num_threads(),
+        "pid": os.getpid(),
+    }
+
+
+def write_done(spec, step: int, recorder: ValidationAndCheckpoints, results: dict) -> None:
+    """results.json, then status.json ``done`` (results first: a done status always has them)."""
+    rundir.atomic_write_json(spec.run_dir / rundir.RESULTS, results)
+    rundir.write_status(
+        spec.run_dir,
+        "done",
+        step=step,
+        max_steps=spec.settings.max_steps,
+        best_val_acc=max(r["acc"] for r in recorder.val_curve),
+        retrain=None,
+    )
 
 
 def versions() -> dict[str, str]:

@@ -33,7 +33,7 @@ from rlt.training.callbacks import (
     ValidationAndCheckpoints,
     step_progress_bar,
 )
-from rlt.training.results import evaluate_policies, print_table, say
+from rlt.training.results import assemble, evaluate_policies, print_table, say, write_done
 from rlt.training.spec import ConfigError, RunSpec, check_writable_root, prepare
 from rlt.training.trainer_setup import (
     build_trainer,
@@ -409,12 +409,17 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         trainer.validate(module, datamodule=dm, verbose=False)
     fit_seconds = time.perf_counter() - fit_start
 
-    results = evaluate_policies(spec, module, dm, recorder, module.model.num_parameters())
-    results |= step_paths
-    probe = _probe(spec, module.model)
-    if probe is not None:
-        results["probe"] = probe
-    _write_results(spec, trainer.global_step, recorder, results, fit_seconds)
+    by_policy = evaluate_policies(spec, module.model, dm, recorder)
+    results = assemble(
+        spec,
+        recorder,
+        by_policy,
+        n_params=module.model.num_parameters(),
+        step_paths=step_paths,
+        probe=_probe(spec, module.model),
+        fit_seconds=fit_seconds,
+    )
+    write_done(spec, trainer.global_step, recorder, results)
     log_results(loggers, results)
     if s.print_table:
         print_table(results)
@@ -520,36 +525,3 @@ def _extra_callbacks(spec: RunSpec, dm, recorder: ValidationAndCheckpoints, live
             )
         )
     return callbacks
-
-
-def _write_results(
-    spec: RunSpec,
-    step: int,
-    recorder: ValidationAndCheckpoints,
-    results: dict[str, Any],
-    fit_seconds: float,
-) -> None:
-    """results.json (with early stopping and timing) and status.json ``done``."""
-    results["stopped_early"] = recorder.stopped_early
-    results["timing"] = {
-        "sec_per_step": recorder.train_seconds / max(1, recorder.timed_steps),
-        "train_seconds": recorder.train_seconds,
-        "timed_steps": recorder.timed_steps,
-        "fit_seconds_this_process": fit_seconds,
-        # core-seconds (process CPU time) of the timed steps, in all and per chunk size B in
-        # force ("None": no feedback; a feedback schedule has one entry per stage's B)
-        "cpu_seconds": recorder.cpu_seconds,
-        "cpu_sec_per_step": recorder.cpu_seconds / max(1, recorder.timed_steps),
-        "by_interval": recorder.by_interval,
-        "threads": torch.get_num_threads(),
-        "pid": os.getpid(),
-    }
-    rundir.atomic_write_json(spec.run_dir / rundir.RESULTS, results)
-    rundir.write_status(
-        spec.run_dir,
-        "done",
-        step=step,
-        max_steps=spec.settings.max_steps,
-        best_val_acc=max(r["acc"] for r in recorder.val_curve),
-        retrain=None,
-    )
