@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -478,3 +479,23 @@ def test_a_forced_retrain_begun_in_the_other_arithmetic_starts_anew(finished, mo
     out = run(tiny(finished, "force=true"))
     assert out["state"] == "done"  # not "resumed": trained from step 0
     assert json.loads((run_dir / "status.json").read_text())["portable"] is portable.active()
+
+
+def _documented_keys() -> tuple[set[str], set[str]]:
+    """The top-level and ``run`` keys of docs/DESIGN.md's results.json example, and the keys
+    its notes name as optional (``probe``; ``run.plugins``)."""
+    design = (Path(__file__).parents[2] / "docs" / "DESIGN.md").read_text()
+    example = design.split("`results.json` (schema_version 1", 1)[1].split("```json", 1)[1]
+    example = example.split("```", 1)[0]
+    top = set(re.findall(r'^  "(\w+)":', example, re.M))
+    run_block = example.split('"run": {', 1)[1].split("}", 1)[0]
+    return top, set(re.findall(r'"(\w+)":', run_block))
+
+
+def test_the_documented_results_schema_is_what_a_run_writes(finished):
+    """One schema (docs/DESIGN.md section 4): every key a run writes is documented there and
+    every documented key is written (``probe`` only where a task has a probe target)."""
+    written = load_results(next(finished.rglob("results.json")).parent)
+    top, run_keys = _documented_keys()
+    assert set(written) - {"probe"} == top - {"probe"}
+    assert set(written["run"]) - {"plugins"} == run_keys - {"plugins"}
