@@ -64,7 +64,7 @@ def hydra_output_dir() -> str | None:
         return None
 
 
-def save_hydra_files(cfg: DictConfig, run_dir: Path) -> None:
+def save_hydra_files(config_yaml: str, run_dir: Path) -> None:
     """Hydra's record of the job (``.hydra/config.yaml``, ``hydra.yaml``, ``overrides.yaml``),
     written by the run once it holds the run's lock; Hydra's own writing is off
     (``hydra.output_subdir: null``), so a second launch of the same run that finds it busy
@@ -81,7 +81,7 @@ def save_hydra_files(cfg: DictConfig, run_dir: Path) -> None:
 
     out = Path(run_dir) / ".hydra"
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg))
+    atomic_write_text(out / "config.yaml", config_yaml)
     atomic_write_text(out / "hydra.yaml", OmegaConf.to_yaml({"hydra": hc}))
     atomic_write_text(out / "overrides.yaml", OmegaConf.to_yaml(list(hc.overrides.task)))
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from rlt import families, portable, rundir
 from rlt.training import hydra_env, identity, resume, slurm
@@ -57,9 +57,10 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
     run_dir = spec.run_dir
     cell = spec.identity["cell"]
     results_path = run_dir / rundir.RESULTS
-    if _finished(spec, cfg):
+    s = spec.settings
+    if _finished(spec):
         say(f"[skipped] {cell}: already done; results in {results_path} (force=true retrains)")
-        if cfg.print_table and not hydra_env.is_multirun():
+        if s.print_table and not hydra_env.is_multirun():
             with contextlib.suppress(Exception):
                 print_table(rundir.read_json(results_path))
         return {"state": "skipped", "run_dir": str(run_dir)}
@@ -70,16 +71,16 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
             say(f"[busy] {cell}: another process is training this run ({run_dir / '.lock'})")
             return {"state": "busy", "run_dir": str(run_dir)}
         last = run_dir / rundir.CKPT_DIR / rundir.LAST_CKPT
-        continuing = cfg.force and _continues_retrain(spec, last)
-        resuming = cfg.resume and last.exists() and (not cfg.force or continuing)
-        if cfg.force and not continuing:
+        continuing = s.force and _continues_retrain(spec, last)
+        resuming = s.resume and last.exists() and (not s.force or continuing)
+        if s.force and not continuing:
             _set_aside_results(run_dir)
             last.unlink(missing_ok=True)
         if resuming:
             _check_checkpoint(last)
-        rundir.atomic_write_text(run_dir / rundir.CONFIG, OmegaConf.to_yaml(cfg, resolve=True))
-        hydra_env.save_hydra_files(cfg, run_dir)
-        if cfg.force:
+        rundir.atomic_write_text(run_dir / rundir.CONFIG, s.config_yaml)
+        hydra_env.save_hydra_files(s.unresolved_yaml, run_dir)
+        if s.force:
             # Marks a forced retrain in progress: stopped, the same command resumes it. A new
             # retrain starts without the stops of the training it replaces.
             fresh = {} if continuing else {"stops": []}
@@ -118,29 +119,29 @@ def check(cfg: DictConfig, *, where: bool = True, on_this_machine: bool = True) 
     spec = prepare(cfg, on_this_machine=on_this_machine)
     if where:
         check_writable_root(spec.run_dir)
-        if not cfg.force:
+        if not spec.settings.force:
             _check_same_config(spec)
-            if cfg.resume and on_this_machine:  # a SLURM job checks on its own node
+            if spec.settings.resume and on_this_machine:  # a SLURM job checks on its own node
                 resume.check_same_arithmetic(spec)
                 resume.check_same_tokens(spec)
     return spec
 
 
-def _finished(spec: RunSpec, cfg: DictConfig) -> bool:
+def _finished(spec: RunSpec) -> bool:
     """Whether the run is done and its results readable (then it is skipped). A done run whose
     results.json does not parse is evaluated again from its checkpoints ("[repair]"); a run
     whose status.json is damaged but whose results.json is complete gets its status back."""
     results_path = spec.run_dir / rundir.RESULTS
     status_path = spec.run_dir / rundir.STATUS
     status = rundir.read_json(status_path, corrupt_ok=True)
-    if status is None and status_path.exists() and not cfg.force:
+    if status is None and status_path.exists() and not spec.settings.force:
         results = rundir.read_json(results_path, corrupt_ok=True)
         curve = (results or {}).get("val_curve") or []
         if curve and all(isinstance(r, dict) and {"step", "acc"} <= set(r) for r in curve):
             _restore_done_status(spec, results)
             return True
     status = status or {}
-    finished = results_path.exists() and status.get("state") == "done" and not cfg.force
+    finished = results_path.exists() and status.get("state") == "done" and not spec.settings.force
     if finished and rundir.read_json(results_path, corrupt_ok=True) is None:
         say(
             f"[repair] {spec.identity['cell']}: {results_path} is unreadable; evaluating the "

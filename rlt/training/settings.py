@@ -57,9 +57,12 @@ class Settings:
     csv: bool
     wandb: dict[str, Any] | None
     print_table: bool
+    force: bool  # retrain over a finished or differently configured run
+    resume: bool  # continue from checkpoints/last.ckpt when there is one
     probe: Any
     resolved: dict[str, Any]  # the whole resolved config (W&B's run config)
     config_yaml: str  # ... as config.yaml holds it (results.json's config_hash)
+    unresolved_yaml: str  # the config as composed (interpolations kept): Hydra's .hydra record
 
 
 def settings_from(cfg: DictConfig, trainer_args: dict[str, Any]) -> Settings:
@@ -103,9 +106,12 @@ def settings_from(cfg: DictConfig, trainer_args: dict[str, Any]) -> Settings:
         csv=bool(cfg.logger.csv),
         wandb=OmegaConf.to_container(wandb, resolve=True) if wandb else None,
         print_table=bool(cfg.print_table),
+        force=bool(cfg.get("force", False)),
+        resume=bool(cfg.get("resume", True)),
         probe=(cfg.get("evaluate") or {}).get("probe", "auto"),
         resolved=OmegaConf.to_container(cfg, resolve=True),
         config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
+        unresolved_yaml=OmegaConf.to_yaml(cfg),
     )
 
 
