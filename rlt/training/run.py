@@ -24,24 +24,20 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from rlt import families, portable, rundir
+from rlt import portable, rundir
 from rlt.training import hydra_env, identity, resume, slurm
-from rlt.training.callbacks import (
-    FeedbackDiagnostics,
-    FeedbackScheduleCallback,
-    PlainProgress,
-    ValidationAndCheckpoints,
-    step_progress_bar,
-)
+from rlt.training.callbacks import ValidationAndCheckpoints
 from rlt.training.results import assemble, evaluate_policies, print_table, say, write_done
 from rlt.training.spec import ConfigError, RunSpec, check_writable_root, prepare
 from rlt.training.trainer_setup import (
+    build_module,
     build_trainer,
+    choose_step_paths,
+    extra_callbacks,
     log_results,
     make_loggers,
+    out_of_time,
     quiet_lightning,
-    resolve_compile,
-    resolve_native,
     resolve_threads,
 )
 
@@ -369,8 +365,8 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         max_steps=s.max_steps,
         eval_batch_size=s.eval_batch,
     )
-    module = _build_module(spec)
-    step_paths = _choose_step_paths(spec, module.model)
+    module = build_module(spec)
+    step_paths = choose_step_paths(spec, module.model)
     recorder = ValidationAndCheckpoints(
         run_dir=run_dir,
         val_every=s.val_every,
@@ -388,7 +384,7 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
     )
     loggers = make_loggers(spec, resume_step)
     trainer = build_trainer(
-        spec, [recorder, *_extra_callbacks(spec, dm, recorder, live_bar)], loggers, live_bar
+        spec, [recorder, *extra_callbacks(spec, dm, recorder, live_bar)], loggers, live_bar
     )
     fit_start = time.perf_counter()
     trainer.fit(
@@ -398,7 +394,7 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         weights_only=True,  # tensors and plain containers only: a shared run dir runs no code
     )
     short = trainer.global_step < s.max_steps and recorder.stopped_early is None
-    if trainer.interrupted or (short and (not s.extra_callbacks or _out_of_time(trainer))):
+    if trainer.interrupted or (short and (not s.extra_callbacks or out_of_time(trainer))):
         raise RuntimeError(
             f"training stopped at step {trainer.global_step} of {s.max_steps} "
             "(interrupted); rerun the same command to resume from last.ckpt"
@@ -427,31 +423,6 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
     return results
 
 
-def _choose_step_paths(spec: RunSpec, model: torch.nn.Module) -> dict[str, dict[str, Any]]:
-    """``trainer.compile`` and ``trainer.native`` resolved for this run and set on the model,
-    each said on the console; returns their results.json records."""
-    s, cell = spec.settings, spec.identity["cell"]
-    device_type = "cuda" if s.accelerator in ("gpu", "cuda") else "cpu"
-    compiled, compile_why = resolve_compile(s.compile, model, device_type)
-    model.compiled_step = compiled
-    if compiled:
-        print(f"[rlt] {cell}: compiled chunk step ({compile_why})", flush=True)
-    native, native_why = resolve_native(s.native, model, device_type, s.max_steps, compiled)
-    model.native_step = native
-    if native:
-        print(f"[rlt] {cell}: C++ token loop ({native_why})", flush=True)
-    elif native_why.startswith("auto fell back"):
-        print(
-            f"[rlt] warning: {cell}: the C++ token loop is off ({native_why}); training with "
-            "the Python loop (the same numbers, slower)",
-            flush=True,
-        )
-    return {
-        "compiled_step": {"on": compiled, "why": compile_why},
-        "native_loop": {"on": native, "why": native_why},
-    }
-
-
 def _probe(spec: RunSpec, model: torch.nn.Module) -> dict[str, Any] | None:
     """``evaluate.probe``: the linear state probe of the selected (min_val_loss) checkpoint, or
     None where it is off or the task has no running target."""
@@ -470,59 +441,3 @@ def _probe(spec: RunSpec, model: torch.nn.Module) -> dict[str, Any] | None:
     say(f"  state probe of the min_val_loss checkpoint ({block['seconds']:.1f} s):")
     say("  " + probe.format_probe(block).replace("\n", "\n  "))
     return block
-
-
-def _out_of_time(trainer) -> bool:
-    """``trainer.args.max_time`` ran out: a stop to resume, not an early stop."""
-    from lightning.pytorch.callbacks import Timer
-
-    return any(isinstance(c, Timer) and c.time_remaining() <= 0 for c in trainer.callbacks)
-
-
-def _build_module(spec: RunSpec):
-    """The family's LightningModule with the run's model, optimizer and schedule."""
-    from rlt.training.module import module_for
-
-    s = spec.settings
-    module = module_for(spec.family)(
-        model_cfg=spec.model_kwargs,
-        optim_cfg=s.optim,
-        scheduler_cfg=s.scheduler,
-        lr=s.lr,
-        max_steps=s.max_steps,
-        failure=dict(s.failure) if s.failure else None,  # the module marks a sent SIGTERM
-    )
-    module.acc_mode = spec.task.acc_mode  # validation's accuracy, as the test lengths score it
-    return module
-
-
-def _extra_callbacks(spec: RunSpec, dm, recorder: ValidationAndCheckpoints, live_bar: bool) -> list:
-    """Diagnostics, the feedback schedule, the user's Lightning callbacks (callbacks.extra)
-    and progress output, as the config asks."""
-    s, run_dir = spec.settings, spec.run_dir
-    callbacks = []
-    if s.diagnostics_every and families.get(spec.family).feedback:
-
-        def diagnostic_batch():
-            return next(iter(dm.val_dataloader()))["tokens"][:64]
-
-        callbacks.append(FeedbackDiagnostics(run_dir, diagnostic_batch, s.diagnostics_every))
-    if spec.schedule is not None:
-        callbacks.append(FeedbackScheduleCallback(spec.schedule))
-    if s.extra_callbacks:
-        from hydra.utils import instantiate
-
-        callbacks += [instantiate(node) for node in s.extra_callbacks]
-    if live_bar:
-        callbacks.append(step_progress_bar())
-    elif s.progress_every:
-        callbacks.append(
-            PlainProgress(
-                cell=spec.identity["cell"],
-                recorder=recorder,
-                log_path=run_dir / rundir.TRAIN_LOG,
-                every_steps=s.progress_every,
-                every_seconds=s.progress_seconds,
-            )
-        )
-    return callbacks

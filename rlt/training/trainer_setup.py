@@ -12,6 +12,14 @@ from typing import Any
 
 import torch
 
+from rlt import families, rundir
+from rlt.training.callbacks import (
+    FeedbackDiagnostics,
+    FeedbackScheduleCallback,
+    PlainProgress,
+    ValidationAndCheckpoints,
+    step_progress_bar,
+)
 from rlt.training.results import summary_by_length
 from rlt.training.settings import Settings
 from rlt.training.spec import RunSpec
@@ -323,3 +331,89 @@ def build_trainer(spec: RunSpec, callbacks: list, loggers: list, live_bar: bool)
         overfit_batches=s.overfit_batches,
         default_root_dir=str(spec.run_dir),
     )
+
+
+# --------------------------------------------------------------------------------------------
+# The run's module, its step paths and its callbacks
+# --------------------------------------------------------------------------------------------
+
+
+def choose_step_paths(spec: RunSpec, model: torch.nn.Module) -> dict[str, dict[str, Any]]:
+    """``trainer.compile`` and ``trainer.native`` resolved for this run and set on the model,
+    each said on the console; returns their results.json records."""
+    s, cell = spec.settings, spec.identity["cell"]
+    device_type = "cuda" if s.accelerator in ("gpu", "cuda") else "cpu"
+    compiled, compile_why = resolve_compile(s.compile, model, device_type)
+    model.compiled_step = compiled
+    if compiled:
+        print(f"[rlt] {cell}: compiled chunk step ({compile_why})", flush=True)
+    native, native_why = resolve_native(s.native, model, device_type, s.max_steps, compiled)
+    model.native_step = native
+    if native:
+        print(f"[rlt] {cell}: C++ token loop ({native_why})", flush=True)
+    elif native_why.startswith("auto fell back"):
+        print(
+            f"[rlt] warning: {cell}: the C++ token loop is off ({native_why}); training with "
+            "the Python loop (the same numbers, slower)",
+            flush=True,
+        )
+    return {
+        "compiled_step": {"on": compiled, "why": compile_why},
+        "native_loop": {"on": native, "why": native_why},
+    }
+
+
+def out_of_time(trainer) -> bool:
+    """``trainer.args.max_time`` ran out: a stop to resume, not an early stop."""
+    from lightning.pytorch.callbacks import Timer
+
+    return any(isinstance(c, Timer) and c.time_remaining() <= 0 for c in trainer.callbacks)
+
+
+def build_module(spec: RunSpec):
+    """The family's LightningModule with the run's model, optimizer and schedule."""
+    from rlt.training.module import module_for
+
+    s = spec.settings
+    module = module_for(spec.family)(
+        model_cfg=spec.model_kwargs,
+        optim_cfg=s.optim,
+        scheduler_cfg=s.scheduler,
+        lr=s.lr,
+        max_steps=s.max_steps,
+        failure=dict(s.failure) if s.failure else None,  # the module marks a sent SIGTERM
+    )
+    module.acc_mode = spec.task.acc_mode  # validation's accuracy, as the test lengths score it
+    return module
+
+
+def extra_callbacks(spec: RunSpec, dm, recorder: ValidationAndCheckpoints, live_bar: bool) -> list:
+    """Diagnostics, the feedback schedule, the user's Lightning callbacks (callbacks.extra)
+    and progress output, as the config asks."""
+    s, run_dir = spec.settings, spec.run_dir
+    callbacks = []
+    if s.diagnostics_every and families.get(spec.family).feedback:
+
+        def diagnostic_batch():
+            return next(iter(dm.val_dataloader()))["tokens"][:64]
+
+        callbacks.append(FeedbackDiagnostics(run_dir, diagnostic_batch, s.diagnostics_every))
+    if spec.schedule is not None:
+        callbacks.append(FeedbackScheduleCallback(spec.schedule))
+    if s.extra_callbacks:
+        from hydra.utils import instantiate
+
+        callbacks += [instantiate(node) for node in s.extra_callbacks]
+    if live_bar:
+        callbacks.append(step_progress_bar())
+    elif s.progress_every:
+        callbacks.append(
+            PlainProgress(
+                cell=spec.identity["cell"],
+                recorder=recorder,
+                log_path=run_dir / rundir.TRAIN_LOG,
+                every_steps=s.progress_every,
+                every_seconds=s.progress_seconds,
+            )
+        )
+    return callbacks
