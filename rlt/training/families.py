@@ -1,10 +1,18 @@
 """What config validation reads of the model families: ``model.family`` -> its config
-dataclass (from the one table, rlt/families.py), and the model node's config-only keys.
+dataclass (from the one table, rlt/families.py), the model node's config-only keys, and
+:func:`model_config`, a model node checked against its family's dataclass.
 ``spec.py`` (validation) and ``hydra_support.py`` (the command-line key check) both read it."""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
+from omegaconf import DictConfig
+
+from rlt import families
 from rlt.families import CONFIG_CLASSES
+from rlt.training.settings import ConfigError
 
 # model.family -> its config dataclass, over the live table (plugins' families included).
 FAMILIES = CONFIG_CLASSES
@@ -31,3 +39,67 @@ def variant_option(feedback_interval: int | None) -> str:
     if variant == "RLT-2":
         return f"model=rlt2 model.feedback_interval={feedback_interval}"
     return "model=rlt0" if variant == "RLT-0" else "model=rlt1"
+
+
+# Fields that come from other groups: sizes from scale, depth from split.
+_FROM_SCALE = ("d_model", "n_heads", "d_ff")
+
+
+def model_config(cfg: DictConfig) -> tuple[str, type, dict[str, Any]]:
+    """(family, config class, validated kwargs) of the model a config describes: every key of
+    ``model`` but the meta keys is passed to the family's dataclass; sizes come from ``scale``
+    and depth from ``split``. Unknown keys and bad values raise ConfigError naming the fix."""
+    model, scale, split = cfg.model, cfg.scale, cfg.split
+    family = model.get("family")
+    if family not in FAMILIES:
+        raise ConfigError(f"model.family {family!r} is unknown; expected one of {sorted(FAMILIES)}")
+    config_cls = FAMILIES[family]
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    settable = sorted(fields - set(_FROM_SCALE) - {"n_enc", "n_dec", "n_layers", "vocab_size"})
+    # The baselines carry feedback_interval: null only so every model node has the same keys.
+    meta = MODEL_META if has_feedback(family) else (*MODEL_META, "feedback_interval")
+    given = {k: v for k, v in model.items() if k not in meta}
+    unknown = sorted(set(given) - set(settable))
+    if unknown:
+        raise ConfigError(
+            f"model.{unknown[0]} is not a field of model family {family!r} "
+            f"(unknown: {unknown}); valid keys: model.{', model.'.join(settable)}"
+        )
+    for f in dataclasses.fields(config_cls):
+        if f.name in given:
+            _check_type(f"model.{f.name}", given[f.name], f.default)
+    kwargs = dict(given)
+    kwargs.update({k: scale[k] for k in _FROM_SCALE if k in fields})
+    matched_d_ff = getattr(config_cls, "matched_d_ff", None)
+    if "d_ff" in fields and scale.d_ff is not None and matched_d_ff is not None:
+        # A family whose token mixing has more or fewer parameters than attention (DeltaNet's
+        # layer one d x d matrix more) gets the FFN width that matches the Transformer's blocks.
+        kwargs["d_ff"] = matched_d_ff(scale.d_ff, kwargs)
+    kwargs.update(families.get(family).depth(split.n_enc, split.n_dec))
+    try:
+        config_cls(**kwargs)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"model config: {e}") from e
+    return family, config_cls, kwargs
+
+
+def has_feedback(family: Any) -> bool:
+    """Whether ``model.family`` is a registered family with a feedback interval (the RLT)."""
+    return family in FAMILIES and families.get(family).feedback
+
+
+def _check_type(key: str, value: Any, default: Any) -> None:
+    """A model field takes the type of its default (an int is fine where a float is)."""
+    if default is None or default is dataclasses.MISSING or value is None:
+        return
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, int | float):
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        ok = ok and (isinstance(value, int) or not isinstance(default, int))
+    else:
+        ok = isinstance(value, type(default))
+    if not ok:
+        raise ConfigError(
+            f"{key} must be of type {type(default).__name__} (default {default!r}), got {value!r}"
+        )

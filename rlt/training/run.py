@@ -1,8 +1,8 @@
 """One training run end to end: the run directory's lifecycle (skip, resume, lock, stop or
 fail) around training and evaluation. The other concerns live next to it:
 
-    spec.py           the config, validated, as a RunSpec (prepare, model_config, trainer_args)
-    trainer_setup.py  threads, devices, loggers
+    spec.py           the config, validated, as a RunSpec (prepare, trainer_args)
+    trainer_setup.py  threads, devices, loggers; the module, step paths and callbacks
     callbacks.py      validation, checkpoint policies, progress, diagnostics
     results.py        evaluation of the policies and results.json
     slurm.py          what a run asks SLURM (requeued or cancelled, queue states)

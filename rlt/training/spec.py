@@ -5,7 +5,6 @@ run reads (:func:`prepare`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from dataclasses import dataclass
@@ -17,7 +16,14 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from rlt import families, plugins, rundir
 from rlt.tasks import get_task, vocab
 from rlt.training import hydra_env, optim, schema
-from rlt.training.families import FAMILIES, MODEL_META, RLT_VARIANTS, rlt_variant, variant_option
+from rlt.training.environment import check_environment
+from rlt.training.families import (
+    RLT_VARIANTS,
+    has_feedback,
+    model_config,
+    rlt_variant,
+    variant_option,
+)
 from rlt.training.schedule import FeedbackSchedule
 from rlt.training.settings import ConfigError, Settings, settings_from, trainer_args
 
@@ -156,7 +162,7 @@ def _check_shapes(cfg: DictConfig) -> None:
             f"scale.warmup_steps={scale.warmup_steps} exceeds scale.max_steps={scale.max_steps}: "
             "the learning rate would never reach scale.lr; lower scale.warmup_steps"
         )
-    if _has_feedback(model.get("family")) and str(model.get("name", "")).startswith("rlt2"):
+    if has_feedback(model.get("family")) and str(model.get("name", "")).startswith("rlt2"):
         if model.get("feedback_interval") is None:
             raise ConfigError("RLT-2 needs a chunk size: set model.feedback_interval=B (e.g. 4)")
 
@@ -167,7 +173,7 @@ def _check_variant(cfg: DictConfig, family: str, schedule: FeedbackSchedule | No
     is refused with the option to use. With a feedback schedule the label must name the
     schedule's chunk sizes (``RLT-2 B=8→4→1``, optionally followed by what else tells two
     schedules apart: ``RLT-2 B=4→1 at 75%``), whatever model.feedback_interval says."""
-    if not _has_feedback(family):
+    if not has_feedback(family):
         return
     model = cfg.model
     if schedule is not None:
@@ -238,77 +244,12 @@ def check_writable_root(path: Path) -> None:
         )
 
 
-# trainer.compile: the compiled chunk step of RLT-1/RLT-2 (rlt.training.trainer_setup.resolve_compile)
-COMPILE_MODES = ("auto", "on", "off")
-
-
-def no_compiler(why: str) -> ConfigError:
-    """The error for trainer.compile=on where torch.compile cannot run, with the fix."""
-    return ConfigError(
-        f"trainer.compile=on, but torch.compile cannot run here: {why}. Install one, or use "
-        "trainer.compile=auto (falls back to the eager recurrence) or off"
-    )
-
-
-# trainer.native: the C++ token loops of RLT-1/RLT-2 (rlt.training.trainer_setup.resolve_native)
-NATIVE_MODES = ("auto", "on", "off")
-
-
-def no_native(why: str) -> ConfigError:
-    """The error for trainer.native=on where the C++ token loop cannot be built, with the fix."""
-    return ConfigError(
-        f"trainer.native=on, but the C++ token loop cannot be built here: {why}. Fix that, or "
-        "use trainer.native=auto (falls back to the Python loop) or off"
-    )
-
-
-def check_environment(cfg: DictConfig, *, cuda: bool = True) -> None:
-    """What this machine must provide for the trainer settings: CUDA for a GPU accelerator
-    (unless ``cuda=False``: the jobs run elsewhere), a positive thread count. Checked before
-    anything is written, so a wrong setting never becomes a failed run whose configuration
-    then blocks the corrected command."""
-    import torch
-
-    trainer = cfg.trainer
-    accelerator = str(trainer.accelerator)
-    if cuda and accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
-        raise ConfigError(
-            f"trainer.accelerator={accelerator} needs CUDA, which this machine does not have "
-            f"(torch {torch.__version__}); use trainer=cpu"
-        )
-    if accelerator not in ("cpu", "gpu", "cuda", "auto", "mps"):
-        raise ConfigError(f"trainer.accelerator={accelerator!r}: use cpu or gpu (trainer=cpu|gpu)")
-    threads = trainer.threads
-    if threads not in (None, "auto") and (
-        isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
-    ):
-        raise ConfigError(f"trainer.threads must be auto or an integer >= 1, got {threads!r}")
-    compile_mode = trainer.get("compile", "auto")
-    if compile_mode not in COMPILE_MODES and not isinstance(compile_mode, bool):
-        raise ConfigError(f"trainer.compile must be auto, on or off, got {compile_mode!r}")
-    if cuda and compile_mode in ("on", True):  # the jobs run here: the compiler must be here
-        from rlt.models.compiled import compiler_available
-
-        ok, why = compiler_available("cuda" if accelerator in ("gpu", "cuda") else "cpu")
-        if not ok:
-            raise no_compiler(why)
-    native_mode = trainer.get("native", "auto")
-    if native_mode not in NATIVE_MODES and not isinstance(native_mode, bool):
-        raise ConfigError(f"trainer.native must be auto, on or off, got {native_mode!r}")
-    if cuda and native_mode in ("on", True):
-        from rlt.models.native import native_available
-
-        ok, why = native_available()
-        if not ok:
-            raise no_native(why)
-
-
 def _feedback_schedule(cfg: DictConfig, family: str) -> FeedbackSchedule | None:
     """``model.feedback_schedule`` parsed and checked (None when there is none)."""
     model = cfg.model
     if not model.get("feedback_schedule"):
         return None
-    if not _has_feedback(family) or model.feedback_interval is None:
+    if not has_feedback(family) or model.feedback_interval is None:
         raise ConfigError(
             "model.feedback_schedule needs an RLT model with feedback (model=rlt2 or rlt1)"
         )
@@ -353,7 +294,7 @@ def _identity(cfg: DictConfig, family: str, run_dir: Path) -> dict[str, Any]:
         "n_enc": split.n_enc,
         "n_dec": split.n_dec,
         "n_layers": split.n_enc + split.n_dec,
-        "feedback_interval": model.feedback_interval if _has_feedback(family) else None,
+        "feedback_interval": model.feedback_interval if has_feedback(family) else None,
         "seed": cfg.seed,
         "data_seed": cfg.task.data_seed,
         "preset": cfg.scale.name,
@@ -480,70 +421,6 @@ def _check_numbers(cfg: DictConfig, *, stored: bool = False) -> None:
         value = OmegaConf.select(cfg, key)
         if isinstance(value, int | float) and value > limit:
             raise ConfigError(f"{key} must be at most {limit:,}, got {value!r} ({why})")
-
-
-# Fields that come from other groups: sizes from scale, depth from split.
-_FROM_SCALE = ("d_model", "n_heads", "d_ff")
-
-
-def model_config(cfg: DictConfig) -> tuple[str, type, dict[str, Any]]:
-    """(family, config class, validated kwargs) of the model a config describes: every key of
-    ``model`` but the meta keys is passed to the family's dataclass; sizes come from ``scale``
-    and depth from ``split``. Unknown keys and bad values raise ConfigError naming the fix."""
-    model, scale, split = cfg.model, cfg.scale, cfg.split
-    family = model.get("family")
-    if family not in FAMILIES:
-        raise ConfigError(f"model.family {family!r} is unknown; expected one of {sorted(FAMILIES)}")
-    config_cls = FAMILIES[family]
-    fields = {f.name for f in dataclasses.fields(config_cls)}
-    settable = sorted(fields - set(_FROM_SCALE) - {"n_enc", "n_dec", "n_layers", "vocab_size"})
-    # The baselines carry feedback_interval: null only so every model node has the same keys.
-    meta = MODEL_META if _has_feedback(family) else (*MODEL_META, "feedback_interval")
-    given = {k: v for k, v in model.items() if k not in meta}
-    unknown = sorted(set(given) - set(settable))
-    if unknown:
-        raise ConfigError(
-            f"model.{unknown[0]} is not a field of model family {family!r} "
-            f"(unknown: {unknown}); valid keys: model.{', model.'.join(settable)}"
-        )
-    for f in dataclasses.fields(config_cls):
-        if f.name in given:
-            _check_type(f"model.{f.name}", given[f.name], f.default)
-    kwargs = dict(given)
-    kwargs.update({k: scale[k] for k in _FROM_SCALE if k in fields})
-    matched_d_ff = getattr(config_cls, "matched_d_ff", None)
-    if "d_ff" in fields and scale.d_ff is not None and matched_d_ff is not None:
-        # A family whose token mixing has more or fewer parameters than attention (DeltaNet's
-        # layer one d x d matrix more) gets the FFN width that matches the Transformer's blocks.
-        kwargs["d_ff"] = matched_d_ff(scale.d_ff, kwargs)
-    kwargs.update(families.get(family).depth(split.n_enc, split.n_dec))
-    try:
-        config_cls(**kwargs)
-    except (ValueError, TypeError) as e:
-        raise ConfigError(f"model config: {e}") from e
-    return family, config_cls, kwargs
-
-
-def _has_feedback(family: Any) -> bool:
-    """Whether ``model.family`` is a registered family with a feedback interval (the RLT)."""
-    return family in FAMILIES and families.get(family).feedback
-
-
-def _check_type(key: str, value: Any, default: Any) -> None:
-    """A model field takes the type of its default (an int is fine where a float is)."""
-    if default is None or default is dataclasses.MISSING or value is None:
-        return
-    if isinstance(default, bool):
-        ok = isinstance(value, bool)
-    elif isinstance(default, int | float):
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        ok = ok and (isinstance(value, int) or not isinstance(default, int))
-    else:
-        ok = isinstance(value, type(default))
-    if not ok:
-        raise ConfigError(
-            f"{key} must be of type {type(default).__name__} (default {default!r}), got {value!r}"
-        )
 
 
 def _spread(values: list[int], k: int) -> list[int]:

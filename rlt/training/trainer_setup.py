@@ -60,7 +60,7 @@ def resolve_compile(setting: Any, model: torch.nn.Module, device_type: str) -> t
     compile (RLT-0, the baselines, the plain autograd path, checkpointed activations) never
     compile."""
     from rlt.models.compiled import compiler_available
-    from rlt.training.spec import no_compiler
+    from rlt.training.environment import no_compiler
 
     mode = _mode(setting)
     if mode == "off":
@@ -94,7 +94,7 @@ def resolve_native(
     error naming the fix. Not for a compiled step (it replaces the loops) nor for models
     without a fused recurrence."""
     from rlt.models import native
-    from rlt.training.spec import no_native
+    from rlt.training.environment import no_native
 
     mode = _mode(setting)
     if mode == "off":
