@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlt.analysis import render
+from rlt.analysis.beyond import beyond_table
 from rlt.analysis.collect import Collection, collect
-from rlt.analysis.findings import beyond_table, verdict_table
+from rlt.analysis.findings import verdict_table
 from rlt.analysis.laptop_findings import LAPTOP_BASELINES, LAPTOP_FINDINGS, LAPTOP_RLT1
 from rlt.analysis.reference import compare_table, load_reference
 from rlt.analysis.run_tables import cost_table, incomplete_table, params_table

@@ -261,7 +261,7 @@ def test_the_beyond_table_judges_only_cells_with_a_spread():
     judged (a NaN SD used to make every comparison false and read as "matches")."""
     import pandas as pd
 
-    from rlt.analysis.findings import _beyond_rows
+    from rlt.analysis.beyond import _beyond_rows
 
     scaled = pd.DataFrame(
         [
