@@ -120,7 +120,7 @@ def test_task_variants_sort_and_label_as_their_task() -> None:
 def test_log_axis_tick_labels_do_not_collide() -> None:
     """Issue 31: "192256" printed where two tick labels met; kept ticks are now at least 1.45x
     apart, the longest length always labelled."""
-    from rlt.analysis.figures import _spaced
+    from rlt.analysis.figure_kit import spaced as _spaced
 
     ticks = _spaced([20, 40, 48, 64, 96, 128, 192, 256])
     assert ticks[-1] == 256 and all(b / a >= 1.45 for a, b in zip(ticks, ticks[1:]))
