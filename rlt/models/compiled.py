@@ -195,7 +195,7 @@ def host_vector_width_for_inductor() -> None:
     its AVX2 code for this model gives NaN with torch 2.13 on an AVX-512 host
     (tests/models/test_model_compiled.py). So compiled CPU code (``trainer.compile=on``, not the
     default on CPU) keeps the host's own arithmetic; portable arithmetic covers the eager path
-    and the C++ token loop (README, "The same numbers on another machine")."""
+    and the C++ token loop (docs/REPRODUCIBILITY.md)."""
     if not os.environ.get("ATEN_CPU_CAPABILITY"):
         return
     from torch._inductor import config, cpu_vec_isa
