@@ -17,7 +17,6 @@ import lightning as L
 import torch
 
 from rlt import families, rundir
-from rlt.models import RecurrentLoopedTransformer
 from rlt.tasks.vocab import PAD as PAD_ID
 from rlt.training.schedule import FeedbackSchedule
 
@@ -123,8 +122,12 @@ class ValidationAndCheckpoints(L.Callback):
         train_log_every: int = 10,
         stop_at_val_acc: float | None = None,
         stop_patience: int = 1,
+        records_interval: bool = False,
     ):
         self.run_dir = Path(run_dir)
+        # the family has a feedback interval (rlt.families.Family.feedback): each validation row
+        # records the B it was evaluated with
+        self.records_interval = records_interval
         self.ckpt_dir = self.run_dir / rundir.CKPT_DIR
         self.val_every = val_every
         self.max_steps = max_steps
@@ -228,7 +231,7 @@ class ValidationAndCheckpoints(L.Callback):
     ) -> None:
         row = {"step": step, **metrics}
         fb = pl_module.model.feedback_interval  # None for RLT-0 and the Transformer
-        if isinstance(pl_module.model, RecurrentLoopedTransformer):
+        if self.records_interval:
             row["feedback_interval"] = fb
         self.val_curve.append(row)
         for logger in trainer.loggers:
