@@ -43,9 +43,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rlt.models.base import SequenceModel, check_batch
-from rlt.models.blocks import MixingBlock, init_weights
 from rlt.models.config import DeltaNetConfig
+from rlt.models.mixing import MixingModel
 from rlt.models.state import LayersMemory
 
 
@@ -299,30 +298,13 @@ class DeltaNetLayer(nn.Module):
         return self._output(x, o), replace(state, conv=conv, s=s)
 
 
-class DeltaNet(SequenceModel):
+class DeltaNet(MixingModel):
     """``embed -> n_layers DeltaNet blocks -> RMSNorm -> untied head``."""
 
     # What a subclass with another token mixing (rlt/models/deltaproduct.py) replaces.
     layer_class: type[nn.Module] = DeltaNetLayer
     state_class: type = DeltaNetState
     layer_state_class: type = DeltaNetLayerState
-
-    def __init__(self, config: DeltaNetConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.embed = nn.Embedding(config.vocab_size, config.d_model)
-        self.blocks = nn.ModuleList(
-            MixingBlock(config, self.layer_class) for _ in range(config.n_layers)
-        )
-        self.norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
-        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        # Linears and the embedding N(0, init_std) as in the other models; the short
-        # convolutions keep PyTorch's default init (uniform, bound 1/sqrt(kernel)).
-        init_weights(self, config.init_std, config.n_layers)
-
-    @property
-    def feedback_interval(self) -> None:
-        return None
 
     def init_state(self, batch_size: int) -> DeltaNetState:
         c = self.config
@@ -336,24 +318,3 @@ class DeltaNet(SequenceModel):
             for block in self.blocks
         ]
         return self.state_class(0, layers)
-
-    def prefill(self, tokens: Tensor, state: DeltaNetState) -> tuple[Tensor, DeltaNetState]:
-        check_batch(tokens, state)
-        n, t = tokens.shape
-        if t == 0:
-            return self.head.weight.new_zeros(n, 0, self.config.vocab_size), state
-        x = self.embed(tokens)
-        layers = []
-        for block, layer_state in zip(self.blocks, state.layers):
-            x, layer_state = block(x, layer_state)
-            layers.append(layer_state)
-        return self.head(self.norm(x)), replace(state, position=state.position + t, layers=layers)
-
-    def forward(self, tokens: Tensor) -> Tensor:
-        """tokens (N, T) -> logits (N, T, V) from the zero state (chunked form)."""
-        logits, _ = self.prefill(tokens, self.init_state(tokens.shape[0]))
-        return logits
-
-    def step(self, token: Tensor, state: DeltaNetState) -> tuple[Tensor, DeltaNetState]:
-        logits, state = self.prefill(token[:, None], state)
-        return logits[:, 0], state

@@ -60,9 +60,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rlt.models.base import SequenceModel, check_batch
-from rlt.models.blocks import MixingBlock, init_weights
 from rlt.models.config import PDSSMConfig
+from rlt.models.mixing import MixingModel
 from rlt.models.state import LayersMemory
 
 
@@ -152,23 +151,10 @@ class PDSSMLayer(nn.Module):
         return y.to(dtype), state
 
 
-class PDSSM(SequenceModel):
+class PDSSM(MixingModel):
     """``embed -> n_layers PD-SSM blocks -> RMSNorm -> untied head``."""
 
-    def __init__(self, config: PDSSMConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.embed = nn.Embedding(config.vocab_size, config.d_model)
-        self.blocks = nn.ModuleList(MixingBlock(config, PDSSMLayer) for _ in range(config.n_layers))
-        self.norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
-        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        # Linears and the embedding N(0, init_std) as in the other models; the dictionary, the
-        # D biases and the skip keep their own init (PDSSMLayer).
-        init_weights(self, config.init_std, config.n_layers)
-
-    @property
-    def feedback_interval(self) -> None:
-        return None
+    layer_class = PDSSMLayer
 
     def init_state(self, batch_size: int) -> PDSSMState:
         """h_0 = e_1 in every head of every layer."""
@@ -179,24 +165,3 @@ class PDSSM(SequenceModel):
             h[:, :, 0, 0] = 1.0
             layers.append(h)
         return PDSSMState(0, layers)
-
-    def prefill(self, tokens: Tensor, state: PDSSMState) -> tuple[Tensor, PDSSMState]:
-        check_batch(tokens, state)
-        n, t = tokens.shape
-        if t == 0:
-            return self.head.weight.new_zeros(n, 0, self.config.vocab_size), state
-        x = self.embed(tokens)
-        layers = []
-        for block, h in zip(self.blocks, state.layers):
-            x, h = block(x, h)
-            layers.append(h)
-        return self.head(self.norm(x)), PDSSMState(state.position + t, layers)
-
-    def forward(self, tokens: Tensor) -> Tensor:
-        """tokens (N, T) -> logits (N, T, V) from the initial state."""
-        logits, _ = self.prefill(tokens, self.init_state(tokens.shape[0]))
-        return logits
-
-    def step(self, token: Tensor, state: PDSSMState) -> tuple[Tensor, PDSSMState]:
-        logits, state = self.prefill(token[:, None], state)
-        return logits[:, 0], state
