@@ -31,6 +31,14 @@ def parse_split(split: str) -> tuple[int, int]:
     return n_enc, n_dec
 
 
+def _check_ints(config: Any, *names: str, minimum: int = 1) -> None:
+    """Each named field an int (not a bool) >= minimum, else a ValueError naming it."""
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
 def _feedback_interval(value: Any) -> int | None:
     """Normalise B: ``None``, ``"inf"``, ``"none"`` or ``math.inf`` mean RLT-0; else an int >= 1."""
     if value is None:
@@ -63,15 +71,10 @@ class _CommonConfig:
     checkpoint_activations: bool = False  # recompute blocks in backward: memory for time
 
     def __post_init__(self) -> None:
-        for name in ("d_model", "n_heads", "vocab_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        _check_ints(self, "d_model", "n_heads", "vocab_size")
         if self.d_ff is None:
             self.d_ff = self.matched_d_ff((8 * self.d_model) // 3, dataclasses.asdict(self))
-        value = self.d_ff
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"d_ff must be an int >= 1, got {value!r}")
+        _check_ints(self, "d_ff")
         if self.d_model % self.n_heads:
             raise ValueError(
                 f"n_heads must divide d_model, got n_heads={self.n_heads}, d_model={self.d_model}"
@@ -116,12 +119,7 @@ class TransformerConfig(_CommonConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if (
-            isinstance(self.n_layers, bool)
-            or not isinstance(self.n_layers, int)
-            or self.n_layers < 1
-        ):
-            raise ValueError(f"n_layers must be an int >= 1, got {self.n_layers!r}")
+        _check_ints(self, "n_layers")
 
     @property
     def name(self) -> str:
@@ -149,10 +147,7 @@ class DeltaNetConfig(_CommonConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("n_layers", "conv_size", "chunk_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        _check_ints(self, "n_layers", "conv_size", "chunk_size")
         for name in ("neg_eigval", "gated"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
@@ -195,10 +190,7 @@ class DeltaProductConfig(_CommonConfig):
     chunk_size: int = 16  # tokens per chunk of the chunked (UT) form used for training
 
     def __post_init__(self) -> None:
-        for name in ("n_layers", "n_householder", "conv_size", "chunk_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        _check_ints(self, "n_layers", "n_householder", "conv_size", "chunk_size")
         for name in ("neg_eigval", "gated"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
@@ -241,10 +233,7 @@ class PDSSMConfig(_CommonConfig):
     dict_size: int = 8  # K: dictionary matrices per head that P_t is selected from (the paper's 8)
 
     def __post_init__(self) -> None:
-        for name in ("n_layers", "state_size", "dict_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        _check_ints(self, "n_layers", "state_size", "dict_size")
         super().__post_init__()
 
     @classmethod
@@ -275,10 +264,7 @@ class LSTMConfig:
     vocab_size: int = 140
 
     def __post_init__(self) -> None:
-        for name in ("d_model", "n_layers", "vocab_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        _check_ints(self, "d_model", "n_layers", "vocab_size")
 
     @property
     def name(self) -> str:
@@ -309,21 +295,16 @@ class RLTConfig(_CommonConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("n_enc", "n_dec"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        _check_ints(self, "n_enc", "n_dec", minimum=0)
         if self.n_enc + self.n_dec == 0:
             raise ValueError("n_enc + n_dec must be >= 1 (split '0+0' has no blocks)")
-        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
-            raise ValueError(f"window must be an int >= 1, got {self.window!r}")
+        _check_ints(self, "window")
         if not (
             isinstance(self.alpha, int | float) and math.isfinite(self.alpha) and self.alpha >= 0
         ):
             raise ValueError(f"alpha must be a finite number >= 0, got {self.alpha!r}")
         self.feedback_interval = _feedback_interval(self.feedback_interval)
-        if isinstance(self.tbptt, bool) or not isinstance(self.tbptt, int) or self.tbptt < 1:
-            raise ValueError(f"tbptt must be an int >= 1, got {self.tbptt!r}")
+        _check_ints(self, "tbptt")
 
     @classmethod
     def from_split(cls, split: str, **fields: Any) -> RLTConfig:
