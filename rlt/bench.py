@@ -67,16 +67,8 @@ from rlt.bench_stream import (
     timed,
     too_large,
 )
-from rlt.models import (
-    DeltaNetConfig,
-    DeltaProductConfig,
-    LSTMConfig,
-    PDSSMConfig,
-    RLTConfig,
-    TransformerConfig,
-    build_model,
-    parse_split,
-)
+from rlt.models import build_model, parse_split
+from rlt.models import config as mc
 from rlt.portable import cpu_model
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -97,16 +89,16 @@ def build_variants(args: argparse.Namespace) -> dict[str, torch.nn.Module]:
     common = dict(d_model=args.d_model, n_heads=args.n_heads, d_ff=args.d_ff, vocab_size=140)
     torch.manual_seed(args.seed)
     rlt1 = build_model(
-        RLTConfig(n_enc=n_enc, n_dec=n_dec, feedback_interval=1, fused=not args.plain, **common)
+        mc.RLTConfig(n_enc=n_enc, n_dec=n_dec, feedback_interval=1, fused=not args.plain, **common)
     )
     models: dict[str, torch.nn.Module] = {}
     for name in args.variants:
         if name == "transformer":
             torch.manual_seed(args.seed)
-            models[name] = build_model(TransformerConfig(n_layers=n_enc + n_dec, **common))
+            models[name] = build_model(mc.TransformerConfig(n_layers=n_enc + n_dec, **common))
         elif name == "rlt0":
             rlt0 = build_model(
-                RLTConfig(n_enc=n_enc, n_dec=n_dec, feedback_interval=None, **common)
+                mc.RLTConfig(n_enc=n_enc, n_dec=n_dec, feedback_interval=None, **common)
             )
             missing = rlt0.load_state_dict(rlt1.state_dict(), strict=False).missing_keys
             assert not missing, f"RLT-0 parameters missing from RLT-1: {missing}"
@@ -119,12 +111,12 @@ def build_variants(args: argparse.Namespace) -> dict[str, torch.nn.Module]:
         elif name == "lstm":
             torch.manual_seed(args.seed)
             models[name] = build_model(
-                LSTMConfig(d_model=args.d_model, n_layers=n_enc + n_dec, vocab_size=140)
+                mc.LSTMConfig(d_model=args.d_model, n_layers=n_enc + n_dec, vocab_size=140)
             )
         elif name in ("deltanet", "deltaproduct", "pdssm"):
             torch.manual_seed(args.seed)
-            config = {"deltanet": DeltaNetConfig, "deltaproduct": DeltaProductConfig}.get(
-                name, PDSSMConfig
+            config = {"deltanet": mc.DeltaNetConfig, "deltaproduct": mc.DeltaProductConfig}.get(
+                name, mc.PDSSMConfig
             )
             fields = {**common, "n_layers": n_enc + n_dec}
             fields["d_ff"] = config.matched_d_ff(args.d_ff, fields)

@@ -81,6 +81,18 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _collected(a: argparse.Namespace):
+    """The sweeps' Collection, its --metric checked; None (the error said) where there is
+    nothing to read or the metric's definitions differ."""
+    try:
+        c = collect(a.sweep_dirs)
+        c.check_metric(a.metric)
+    except (NoResultsError, MixedDefinitions) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return None
+    return c
+
+
 def _unwritable(out: Path, e: OSError) -> int:
     print(
         f"error: cannot write to {out} ({e.strerror or e}); pass --out DIR to write elsewhere",
@@ -104,11 +116,8 @@ def tables_main(argv: Sequence[str] | None = None) -> int:
         per_seed=not a.no_per_seed,
         schedule_view=a.schedule_view,
     )
-    try:
-        c = collect(a.sweep_dirs)
-        c.check_metric(a.metric)
-    except (NoResultsError, MixedDefinitions) as e:
-        print(f"error: {e}", file=sys.stderr)
+    c = _collected(a)
+    if c is None:
         return 2
     untested = _untested_lengths(c, opts.lengths)
     if untested:
@@ -201,11 +210,8 @@ def figures_main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--split", help="split of the schedule view when no run trained with a schedule")
     a = p.parse_args(argv)
-    try:
-        c = collect(a.sweep_dirs)
-        c.check_metric(a.metric)
-    except (NoResultsError, MixedDefinitions) as e:
-        print(f"error: {e}", file=sys.stderr)
+    c = _collected(a)
+    if c is None:
         return 2
     from rlt.analysis.figures import make_figures  # matplotlib only when drawing
 

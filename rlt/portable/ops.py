@@ -167,26 +167,19 @@ def _family_cases() -> dict[str, Callable[[], tuple[Tensor, ...]]]:
     """One forward and backward of each family at width 64 with fixed weights: the kernels no
     single case above names (the fused recurrence's loop, the LSTM's, DeltaNet's, DeltaProduct's
     and PD-SSM's)."""
-    from rlt.models import (
-        DeltaNetConfig,
-        DeltaProductConfig,
-        LSTMConfig,
-        PDSSMConfig,
-        RLTConfig,
-        TransformerConfig,
-        build_model,
-    )
+    from rlt.models import build_model
+    from rlt.models import config as mc
 
     small = dict(d_model=64, n_heads=4, vocab_size=140)
     configs = {
-        "rlt1 1+1": lambda: RLTConfig.from_split("1+1", feedback_interval=1, **small),
-        "rlt2 B=4 1+1": lambda: RLTConfig.from_split("1+1", feedback_interval=4, **small),
-        "rlt0 1+1": lambda: RLTConfig.from_split("1+1", feedback_interval=None, **small),
-        "transformer 2": lambda: TransformerConfig(n_layers=2, **small),
-        "lstm 2": lambda: LSTMConfig(d_model=64, n_layers=2, vocab_size=140),
-        "deltanet 2": lambda: DeltaNetConfig(n_layers=2, **small),
-        "deltaproduct 2": lambda: DeltaProductConfig(n_layers=2, **small),
-        "pdssm 2": lambda: PDSSMConfig(n_layers=2, **small),
+        "rlt1 1+1": lambda: mc.RLTConfig.from_split("1+1", feedback_interval=1, **small),
+        "rlt2 B=4 1+1": lambda: mc.RLTConfig.from_split("1+1", feedback_interval=4, **small),
+        "rlt0 1+1": lambda: mc.RLTConfig.from_split("1+1", feedback_interval=None, **small),
+        "transformer 2": lambda: mc.TransformerConfig(n_layers=2, **small),
+        "lstm 2": lambda: mc.LSTMConfig(d_model=64, n_layers=2, vocab_size=140),
+        "deltanet 2": lambda: mc.DeltaNetConfig(n_layers=2, **small),
+        "deltaproduct 2": lambda: mc.DeltaProductConfig(n_layers=2, **small),
+        "pdssm 2": lambda: mc.PDSSMConfig(n_layers=2, **small),
     }
     cases = {}
     for name, config in configs.items():
