@@ -16,6 +16,9 @@ class SequenceModel(nn.Module):
     ``prefill(tokens, state) -> (logits, state)`` and ``step(token, state) -> (logits, state)``.
     """
 
+    # The chunk size B of a family with feedback (the RLT's, from its config); None: none.
+    feedback_interval: int | None = None
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 

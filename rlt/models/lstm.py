@@ -30,11 +30,6 @@ class LSTMModel(SequenceModel):
         self.lstm = nn.LSTM(d, d, num_layers=config.n_layers, batch_first=True)
         self.head = nn.Linear(d, config.vocab_size, bias=False)
 
-    @property
-    def feedback_interval(self) -> None:
-        """No feedback interval (the same attribute as the RLT family, for uniform callers)."""
-        return None
-
     def forward(self, tokens: Tensor) -> Tensor:
         """tokens (N, T) long -> logits (N, T, V), from the zero state."""
         h, _ = self._lstm(self.embed(tokens))  # (N, T, d)

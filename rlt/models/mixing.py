@@ -32,10 +32,6 @@ class MixingModel(SequenceModel):
         # uniform, bound 1/sqrt(kernel); PD-SSM's dictionary, D biases and skip).
         init_weights(self, config.init_std, config.n_layers)
 
-    @property
-    def feedback_interval(self) -> None:
-        return None
-
     def prefill(self, tokens: Tensor, state):
         check_batch(tokens, state)
         n, t = tokens.shape

@@ -35,11 +35,6 @@ class DecoderOnlyTransformer(SequenceModel):
         )
         init_weights(self, config.init_std, config.n_layers)
 
-    @property
-    def feedback_interval(self) -> None:
-        """No feedback path (the same attribute as the RLT family, for uniform callers)."""
-        return None
-
     def forward(self, tokens: Tensor) -> Tensor:
         """tokens (N, T) long -> logits (N, T, V)."""
         rope = self._rope(0, tokens.shape[1], self.embed.weight)
