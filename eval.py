@@ -149,10 +149,10 @@ def score(run_dir: Path, policy: str, overrides: list[str]) -> int:
     spec = kept.spec
     dm = TaskDataModule(
         task=spec.task,
-        micro_batch_size=spec.cfg.scale.micro_batch,
-        global_batch_size=spec.cfg.scale.global_batch,
-        max_steps=spec.cfg.scale.max_steps,
-        eval_batch_size=spec.cfg.scale.eval_batch,
+        micro_batch_size=spec.settings.micro_batch,
+        global_batch_size=spec.settings.global_batch,
+        max_steps=spec.settings.max_steps,
+        eval_batch_size=spec.settings.eval_batch,
     )
     dropped = None if how is None else dropped_at(how, dm, spec.test_lengths)
     with_exact = "exact" in getattr(spec.task, "metrics", ())

@@ -16,7 +16,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from rlt import families, rundir
+from rlt import rundir
 from rlt.tasks.vocab import PAD as PAD_ID
 from rlt.training.schedule import FeedbackSchedule
 
@@ -94,7 +94,7 @@ def eval_interval(spec, ckpt: dict[str, Any]) -> int | None:
     """The chunk size a policy file is evaluated with: the last schedule stage's (SPEC:
     inference uses it), else the one it trained with; None for a family without feedback."""
     scheduled = spec.schedule.final if spec.schedule is not None else None
-    return families.get(spec.family).interval(ckpt.get("feedback_interval"), scheduled)
+    return spec.entry.interval(ckpt.get("feedback_interval"), scheduled)
 
 
 def restore(model: torch.nn.Module, ckpt: dict[str, Any], spec) -> int | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from rlt import families, portable, rundir
+from rlt import portable, rundir
 from rlt.training import identity, resume
 from rlt.training.callbacks import load_weights, restore
 from rlt.training.spec import ConfigError, RunSpec, prepare
@@ -76,7 +76,7 @@ def load_kept(run_dir: str | Path, policy: str = "min_val_loss", overrides=()) -
             f"cannot score {run_dir}: {why}, so its embedding and output rows would stand for "
             "other tokens; score it with the plugins it was trained with"
         )
-    model = build_model(families.get(spec.family).config_class()(**spec.model_kwargs))
+    model = build_model(spec.entry.config_class()(**spec.model_kwargs))
     try:
         state = load_weights(ckpt)
     except Exception as e:  # a damaged file: torch's message is many lines

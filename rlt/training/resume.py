@@ -76,7 +76,7 @@ def check_same_tokens(spec: RunSpec) -> None:
     except identity.UnreadableConfig:
         stored = {}
     started = plugins_override(stored.get("plugins"))
-    asked = plugins_override(spec.cfg.get("plugins"))
+    asked = plugins_override(spec.settings.plugins)
     raise ConfigError(
         f"cannot resume {spec.run_dir}: it started with {started} and this run asks for "
         f"{asked}; {why}, so its checkpoint's embedding and output rows would stand for other "

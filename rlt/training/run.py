@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from rlt import families, portable, rundir
+from rlt import portable, rundir
 from rlt.training import hydra_env, identity, resume, slurm
 from rlt.training.callbacks import ValidationAndCheckpoints
 from rlt.training.results import assemble, evaluate_policies, print_table, say, write_done
@@ -375,7 +375,7 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         train_log_every=s.log_every,
         stop_at_val_acc=s.early_stop_acc,
         stop_patience=s.early_stop_patience,
-        records_interval=families.get(spec.family).feedback,
+        records_interval=spec.entry.feedback,
     )
     live_bar = s.progress_bar and sys.stdout.isatty()
     resume_step = (

@@ -57,6 +57,7 @@ class Settings:
     csv: bool
     wandb: dict[str, Any] | None
     print_table: bool
+    plugins: list[str]  # the modules that registered the run's task, family or metrics
     force: bool  # retrain over a finished or differently configured run
     resume: bool  # continue from checkpoints/last.ckpt when there is one
     probe: Any
@@ -106,6 +107,7 @@ def settings_from(cfg: DictConfig, trainer_args: dict[str, Any]) -> Settings:
         csv=bool(cfg.logger.csv),
         wandb=OmegaConf.to_container(wandb, resolve=True) if wandb else None,
         print_table=bool(cfg.print_table),
+        plugins=[str(n) for n in (cfg.get("plugins") or [])],
         force=bool(cfg.get("force", False)),
         resume=bool(cfg.get("resume", True)),
         probe=(cfg.get("evaluate") or {}).get("probe", "auto"),

@@ -32,9 +32,9 @@ from rlt.training.settings import ConfigError, Settings, settings_from, trainer_
 class RunSpec:
     """Everything a run needs, validated: built from the composed Hydra config."""
 
-    cfg: DictConfig
     run_dir: Path
     family: str
+    entry: families.Family  # the family's entry in the table: what the run asks of its family
     model_kwargs: dict[str, Any]
     task: Any
     test_lengths: list[int]
@@ -82,9 +82,9 @@ def prepare(cfg: DictConfig, *, on_this_machine: bool = True, scoring: bool = Fa
     if scale.test_lengths_limit:
         lengths = _spread(sorted(lengths), int(scale.test_lengths_limit))
     return RunSpec(
-        cfg=cfg,
         run_dir=run_dir,
         family=family,
+        entry=families.get(family),
         model_kwargs=kwargs,
         task=task,
         test_lengths=[int(x) for x in lengths],

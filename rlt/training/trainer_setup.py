@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from rlt import families, rundir
+from rlt import rundir
 from rlt.training.callbacks import (
     FeedbackDiagnostics,
     FeedbackScheduleCallback,
@@ -392,7 +392,7 @@ def extra_callbacks(spec: RunSpec, dm, recorder: ValidationAndCheckpoints, live_
     and progress output, as the config asks."""
     s, run_dir = spec.settings, spec.run_dir
     callbacks = []
-    if s.diagnostics_every and families.get(spec.family).feedback:
+    if s.diagnostics_every and spec.entry.feedback:
 
         def diagnostic_batch():
             return next(iter(dm.val_dataloader()))["tokens"][:64]
