@@ -137,6 +137,22 @@ def test_the_first_difference_is_named_by_step_and_metric() -> None:
     assert first_difference(got, want).startswith(f"validation acc at step {val_step}")
 
 
+def test_two_runs_that_diverged_alike_reproduce_and_a_nan_against_a_number_does_not() -> None:
+    """Copies parsed from JSON hold distinct NaN objects, which ``==`` calls unequal: a run
+    whose loss went NaN at the same step as its reference's made the same numbers."""
+    from rlt.portable.check import first_difference
+
+    want = json.loads((REFERENCE / "portable_laptop200.json").read_text())["numbers"]
+    want["train_curve"][7]["loss"] = float("nan")
+    want["val_curve"][1]["loss"] = float("nan")
+    got = json.loads(json.dumps(want))  # NaN written and read back: new float objects
+    assert got != want  # the trap: plain equality says they differ
+    assert first_difference(got, want) is None
+    got["train_curve"][7]["loss"] = 0.5
+    step = want["train_curve"][7]["step"]
+    assert first_difference(got, want) == f"training loss at step {step}: 0.5 (reference nan)"
+
+
 def test_the_check_command_names_the_kernel_and_the_step_that_differ(tmp_path, capsys) -> None:
     """``python -m rlt.portable --check`` against references with one kernel hash and one
     training loss changed: exit status 1, the kernel and the step named; against the committed

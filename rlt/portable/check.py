@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import platform
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from rlt import portable
 
@@ -117,18 +119,30 @@ def run_case(name: str, root: Path) -> dict:
     return {key: results[key] for key in NUMBERS}
 
 
+def same(a: Any, b: Any) -> bool:
+    """Equal as numbers are reproduced: like ``==`` through dicts and lists, except that NaN
+    equals NaN (two runs that diverged alike made the same numbers)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
 def first_difference(got: dict, want: dict) -> str | None:
     """Where two runs' numbers part, in the order they were made: the first training step whose
     loss differs, else the first validation step and metric, else selection and test; None
-    when every number is equal."""
-    if got == want:
+    when every number is equal (NaN equal to NaN: :func:`same`)."""
+    if same(got, want):
         return None
     if got.get("params") != want.get("params"):
         return f"parameter count {got.get('params')} (reference {want.get('params')})"
     for curve, what in (("train_curve", "training"), ("val_curve", "validation")):
         for mine, ref in zip(got.get(curve) or [], want.get(curve) or []):
             for metric in sorted(set(mine) | set(ref)):
-                if mine.get(metric) != ref.get(metric):
+                if not same(mine.get(metric), ref.get(metric)):
                     return (
                         f"{what} {metric} at step {ref.get('step')}: {mine.get(metric)!r} "
                         f"(reference {ref.get(metric)!r})"
@@ -136,7 +150,7 @@ def first_difference(got: dict, want: dict) -> str | None:
         if len(got.get(curve) or []) != len(want.get(curve) or []):
             return f"{what} curve length {len(got.get(curve) or [])} (reference {len(want[curve])})"
     for key in ("selection", "test_by_policy"):
-        if got.get(key) != want.get(key):
+        if not same(got.get(key), want.get(key)):
             return f"{key} (curves equal): {json.dumps(got.get(key))[:200]}"
     return "numbers differ"
 
