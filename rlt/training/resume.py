@@ -13,15 +13,28 @@ from rlt.training import identity
 from rlt.training.spec import ConfigError, RunSpec
 
 
+def _resuming(spec: RunSpec) -> dict[str, Any] | None:
+    """The status of a run that this command would continue from its last.ckpt, or None: no
+    checkpoint, a status that does not parse (what it started with is not known), or a finished
+    run (done, with readable results: it is skipped and its checkpoint never loaded). The one
+    rule of both resume checks below."""
+    if not (spec.run_dir / rundir.CKPT_DIR / rundir.LAST_CKPT).exists():
+        return None
+    status = rundir.read_json(spec.run_dir / rundir.STATUS, corrupt_ok=True)
+    if status is None:
+        return None
+    results = spec.run_dir / rundir.RESULTS
+    if status.get("state") == "done" and rundir.read_json(results, corrupt_ok=True) is not None:
+        return None
+    return status
+
+
 def check_same_arithmetic(spec: RunSpec) -> None:
     """Refuse to resume a stopped run in another CPU arithmetic than it started in
     (rlt/portable/): its numbers would change mid-run. A finished run is only skipped."""
-    last = spec.run_dir / rundir.CKPT_DIR / rundir.LAST_CKPT
-    if not last.exists() or (spec.run_dir / rundir.RESULTS).exists():
-        return  # nothing to resume, or finished (skipped, or its status repaired)
-    status = rundir.read_json(spec.run_dir / rundir.STATUS, corrupt_ok=True)
-    if status is None or status.get("state") == "done":
-        return  # an unreadable status: which arithmetic it started in is not known
+    status = _resuming(spec)
+    if status is None:
+        return
     why = portable.resume_mismatch(status.get("portable"), status.get("arithmetic"))
     if why is not None:
         raise ConfigError(
@@ -59,15 +72,9 @@ def check_same_tokens(spec: RunSpec) -> None:
     ids (two swapped ids resume silently and train on with the embedding rows exchanged; a
     larger table fails to load). A plugin that leaves the table as it was (a family, a metric,
     tokens after the task's) changes nothing and is accepted. A finished run is only skipped."""
-    last = spec.run_dir / rundir.CKPT_DIR / rundir.LAST_CKPT
-    if not last.exists():
-        return
-    status = rundir.read_json(spec.run_dir / rundir.STATUS, corrupt_ok=True)
+    status = _resuming(spec)
     if status is None:
-        return  # an unreadable status: which ids the run started with is not known
-    results = spec.run_dir / rundir.RESULTS
-    if status.get("state") == "done" and rundir.read_json(results, corrupt_ok=True) is not None:
-        return  # skipped: its checkpoint is not loaded
+        return
     why = tokens_mismatch(spec, status)
     if why is None:
         return

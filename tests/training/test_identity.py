@@ -393,6 +393,24 @@ def test_a_stopped_run_resumes_only_in_the_arithmetic_it_started_in(tmp_path, mo
     assert run(tiny(tmp_path))["state"] == "resumed"
 
 
+def test_a_run_stopped_between_its_results_and_its_done_status_is_checked_as_a_resume(
+    tmp_path, monkeypatch
+):
+    """results.json is written before status.json says done; a run stopped between the two is
+    continued from last.ckpt (not skipped), so both resume checks apply to it, by one rule: in
+    the other arithmetic it is refused, and a done run with readable results is only skipped."""
+    out = run(tiny(tmp_path))
+    run_dir = Path(out["run_dir"])
+    status_path = run_dir / "status.json"
+    done = json.loads(status_path.read_text())
+    status_path.write_text(json.dumps({**done, "state": "running"}))
+    _other_arithmetic(monkeypatch)
+    with pytest.raises(ConfigError, match=r"cannot resume .*force=true"):
+        run(tiny(tmp_path))
+    status_path.write_text(json.dumps(done))
+    assert run(tiny(tmp_path))["state"] == "skipped"
+
+
 def _other_arithmetic(monkeypatch) -> None:
     monkeypatch.setattr(portable, "status", "off (RLT_PORTABLE=0)" if portable.active() else "on")
 
