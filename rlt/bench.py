@@ -19,6 +19,9 @@ time, measured with an empty inductor cache unless ``--warm-cache``.
 (rlt/models/native.py: the same operations without the interpreter) and reports the time to
 build or load the library.
 
+``--stack K`` times K seeds trained in one stacked step against K single steps and against one
+step at K times the batch (rlt/bench_stack.py).
+
 ``--mode stream`` times inference instead: prefill throughput, per-token decode latency at
 given positions, and the state's bytes per sequence.
 
@@ -59,6 +62,7 @@ from rlt.bench_measure import (  # noqa: F401 - the measures, also bench.<name> 
     ratios,
     summary,
 )
+from rlt.bench_stack import bench_stack, print_stack
 from rlt.bench_stream import (
     bench_stream,
     megabytes_arg,
@@ -378,6 +382,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--cuda-graph", action="store_true", help="replay each step as a CUDA graph"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--stack", type=int, help="K: K seeds' step stacked against K single steps (bench_stack.py)"
+    )
     parser.add_argument("--json", help="also write the numbers to this file")
     args = parser.parse_args(argv)
     for key, value in PRESETS[args.preset].items():
@@ -427,6 +434,10 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if args.stack is not None and (args.compile or args.cuda_graph or args.bf16 or args.stack < 1):
+        parser.error(
+            "--stack K needs K >= 1 and the eager fp32 step (no --compile/--cuda-graph/--bf16)"
+        )
     if args.warmup != "auto" and args.warmup < 0:
         parser.error(f"--warmup must be >= 0, got {args.warmup}")
     if args.d_model % args.n_heads:
@@ -461,7 +472,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         },
     }
-    if args.mode in ("train", "both"):
+    if args.stack is not None:
+        result["stack"] = bench_stack(args)
+        print_stack(result["stack"], args)
+    elif args.mode in ("train", "both"):
         result["train"] = bench_train(args)
         result["ratios"] = result["train"]["ratios"]
         print_train(result["train"], args)

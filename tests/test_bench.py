@@ -100,6 +100,28 @@ def test_bench_compile_refuses_what_it_cannot_measure(extra, message, capsys) ->
     assert message in capsys.readouterr().err
 
 
+def test_bench_stack_times_k_seeds_against_k_single_steps(tmp_path, capsys) -> None:
+    """--stack K: per variant one seed's step, one at K times the batch and, where the model
+    stacks, the K seeds stacked; a model that does not stack says why."""
+    argv = "--preset small --d-model 32 --n-heads 4 --d-ff 48 --split 1+1 --batch 2 --length 8"
+    argv += " --repeats 1 --warmup 0 --threads 1 --no-memory --variants transformer,rlt1"
+    result = bench.main([*argv.split(), "--stack", "3", "--json", str(tmp_path / "s.json")])
+    rows = json.loads((tmp_path / "s.json").read_text())["stack"]["rows"]
+    assert rows.keys() == {"transformer", "rlt1"} and result["stack"]["k"] == 3
+    tf, rlt1 = rows["transformer"], rows["rlt1"]
+    assert tf["why_not"] is None and tf["stack_s"] > 0 and tf["batch_s"] > 0
+    assert tf["stack_vs_k_singles"] == pytest.approx(tf["stack_s"] / (3 * tf["single_s"]))
+    assert "fused token loop" in rlt1["why_not"] and "stack_s" not in rlt1
+    assert "does not stack: its recurrence" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra", ["--stack 0", "--stack 2 --bf16", "--stack 2 --compile"])
+def test_bench_stack_refuses_what_it_does_not_time(extra, capsys) -> None:
+    with pytest.raises(SystemExit):
+        bench.parse_args(f"--preset small {extra}".split())
+    assert "--stack K needs" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_bench_compile_reports_compile_time_and_the_same_keys(tmp_path) -> None:
     """--compile: the JSON of an eager run, plus each variant's compile time."""
