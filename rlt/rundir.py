@@ -24,7 +24,8 @@ split for the RLT family, ``L<n>`` for depth-only baselines) unless Hydra's ``hy
     csv/metrics.csv     Lightning's CSV log
     checkpoints/        last.ckpt (resume) and <policy>.pt for each of POLICIES
     .lock               held by the process training the run ("<pid> <host>")
-and a sweep directory holds grid.json (the cells a multirun expects) and .jobs/<launch>/.
+and a sweep directory holds grid.json (the cells a multirun expects; .grid.lock serialises
+launches merging into it) and .jobs/<launch>/.
 """
 
 from __future__ import annotations
@@ -337,6 +338,40 @@ def write_status(run_dir: str | Path, state: str, **fields: Any) -> dict:
         status["stops"] = [*earlier, {**stop, "at": status["updated"]}]
     atomic_write_json(path, status)
     return status
+
+
+SWEEP_LOCK = ".grid.lock"
+
+
+@contextlib.contextmanager
+def sweep_lock(sweep_dir: str | Path, wait_s: float = 120.0):
+    """Hold ``sweep_dir/.grid.lock`` while a launch merges its cells into grid.json, so two
+    launches into one sweep at once both keep theirs. An OS lock (flock) the kernel drops when
+    its holder dies; the file stays (empty) and is never the lock itself. Waits for another
+    launch at most ``wait_s`` seconds (a merge takes milliseconds), then names the file. Where
+    the file system has no flock, the merge goes ahead unlocked, as before."""
+    path = Path(sweep_dir) / SWEEP_LOCK
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"another launch into this sweep (a live process: the kernel frees the "
+                        f"lock of a dead one) has held {path} for over {wait_s:.0f} s; let it "
+                        "finish starting, or stop it, and launch again"
+                    ) from None
+                time.sleep(0.05)
+            except OSError:  # no flock on this file system
+                break
+        yield
+    finally:
+        os.close(fd)  # drops the flock
 
 
 @contextlib.contextmanager

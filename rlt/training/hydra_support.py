@@ -284,8 +284,6 @@ def _split_name(cfg: DictConfig) -> str | None:
 def write_grid(config: DictConfig, sweep_dir: Path) -> None:
     """``grid.json``: the distinct cells this multirun will produce (analysis and
     ``python -m rlt.sweep status`` use it to name missing cells)."""
-    from rlt.rundir import GRID, atomic_write_json, read_json
-
     cells: dict[str, dict[str, Any]] = {}
     for job in expand_jobs(config):
         cfg = compose_job(job)
@@ -302,17 +300,26 @@ def write_grid(config: DictConfig, sweep_dir: Path) -> None:
                 "overrides": job,
             },
         )
-    # A later launch into the same sweep adds its cells: the cells of earlier launches (a
-    # stopped grid's unstarted ones among them) stay expected.
-    earlier = read_json(sweep_dir / GRID, corrupt_ok=True) or {}
-    merged = {c["cell"]: c for c in earlier.get("cells", []) if isinstance(c, dict) and "cell" in c}
-    merged.update(cells)
-    n_jobs = len(expand_jobs(config))
-    atomic_write_json(
-        sweep_dir / GRID,
-        {
-            "n_jobs": n_jobs,
-            "launches": [*earlier.get("launches", []), {"n_jobs": n_jobs, "cells": len(cells)}],
-            "cells": list(merged.values()),
-        },
-    )
+    merge_grid(sweep_dir, cells, len(expand_jobs(config)))
+
+
+def merge_grid(sweep_dir: Path, cells: dict[str, dict[str, Any]], n_jobs: int) -> None:
+    """Add a launch's cells to ``grid.json``: the cells of earlier launches (a stopped grid's
+    unstarted ones among them) stay expected. Under the sweep's lock, so two launches into one
+    sweep at once both keep their cells (read, merge and write are one step)."""
+    from rlt.rundir import GRID, atomic_write_json, read_json, sweep_lock
+
+    with sweep_lock(sweep_dir):
+        earlier = read_json(sweep_dir / GRID, corrupt_ok=True) or {}
+        merged = {
+            c["cell"]: c for c in earlier.get("cells", []) if isinstance(c, dict) and "cell" in c
+        }
+        merged.update(cells)
+        atomic_write_json(
+            sweep_dir / GRID,
+            {
+                "n_jobs": n_jobs,
+                "launches": [*earlier.get("launches", []), {"n_jobs": n_jobs, "cells": len(cells)}],
+                "cells": list(merged.values()),
+            },
+        )

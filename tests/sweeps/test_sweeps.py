@@ -392,6 +392,58 @@ def test_a_second_launch_keeps_the_first_launchs_cells(tmp_path):
     assert states["parity_prefix/rlt1/2+2/seed9"] == "done"
 
 
+def _merge_in_a_process(sweep: str, cell: str, pause_s: float) -> None:
+    """One launch's merge, its read of grid.json slowed by ``pause_s`` (the race window)."""
+    from rlt import rundir
+    from rlt.training import hydra_support
+
+    read = rundir.read_json
+
+    def slow_read(*args, **kwargs):
+        out = read(*args, **kwargs)
+        time.sleep(pause_s)
+        return out
+
+    rundir.read_json = slow_read
+    hydra_support.merge_grid(Path(sweep), {cell: {"cell": cell, "seed": int(cell[-1])}}, 1)
+
+
+def test_two_launches_merging_at_once_both_keep_their_cells(tmp_path):
+    """Two launches into one sweep at once (two shells, two SLURM submissions): each reads
+    grid.json, adds its cells, writes it back. Without the sweep's lock the second writer drops
+    the first one's cells (both read before either wrote: the 0.5 s pause makes it certain)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    sweep = tmp_path / "sweep"
+    launches = [
+        ctx.Process(target=_merge_in_a_process, args=(str(sweep), f"a/seed{i}", 0.5))
+        for i in (1, 2)
+    ]
+    for p in launches:
+        p.start()
+    for p in launches:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    grid = json.loads((sweep / "grid.json").read_text())
+    assert sorted(c["cell"] for c in grid["cells"]) == ["a/seed1", "a/seed2"]
+    assert len(grid["launches"]) == 2
+
+
+def test_a_launch_that_cannot_take_the_sweep_lock_says_which_file(tmp_path):
+    import fcntl
+
+    from rlt import rundir
+
+    (tmp_path / rundir.SWEEP_LOCK).touch()
+    with open(tmp_path / rundir.SWEEP_LOCK) as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another process's flock conflicts with this one
+        with pytest.raises(RuntimeError, match=r"\.grid\.lock"):
+            with rundir.sweep_lock(tmp_path, wait_s=0.2):
+                pass
+    assert not (tmp_path / "grid.json").exists()
+
+
 @pytest.mark.parametrize(
     "args",
     [
