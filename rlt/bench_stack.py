@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from rlt.bench_measure import peak_memory
+from rlt.bench_steps import build_variants, run_rounds, train_step_fn
 from rlt.models.stacking import stack, why_not
 
 
@@ -51,8 +52,6 @@ def stacked_step(models: list[torch.nn.Module], tokens: torch.Tensor, args: argp
 
 
 def bench_stack(args: argparse.Namespace) -> dict[str, Any]:
-    from rlt.bench import build_variants, run_rounds, train_step_fn
-
     k = args.stack
     seeds = [
         build_variants(argparse.Namespace(**{**vars(args), "seed": args.seed + i}))
