@@ -1,4 +1,4 @@
-"""The state probe (rlt/probe.py, issue 30): the fit recovers a state that is linearly there
+"""The state probe (rlt/state_probe.py and `python -m rlt.probe`, issue 30): the fit recovers a state that is linearly there
 and finds nothing in noise, the running targets are the tasks' own labels at the last position,
 the representation is what the head reads, the fit never sees a test sequence, and a run and
 a kept checkpoint both carry the probe."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlt import probe
+from rlt import state_probe as probe
 from rlt.models import DeltaNetConfig, LSTMConfig, RLTConfig, TransformerConfig, build_model
 from rlt.tasks import get_task, vocab
 from tests.training.helpers import REPO, compose_cfg, load_results

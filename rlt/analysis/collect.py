@@ -62,7 +62,7 @@ class Collection:
     expected:   row, task, preset, label, model, split, seed: the cells the grid asks for.
     incomplete: one row per expected cell without usable results and per unusable run dir.
     probe:      KEYS + target, bucket, value: the state probe of the selected checkpoint
-                (rlt/probe.py), probe accuracy per position bucket; target "rms" holds the
+                (rlt/state_probe.py), probe accuracy per position bucket; target "rms" holds the
                 representation's RMS norm (not a fraction).
     definitions: run_id, metric, function, source_sha1: which plugin code computed a
                 registered metric in each run (results.json "metric_definitions"; for runs

@@ -35,7 +35,7 @@ def scored_block(path: Path, results: dict, warnings: list[str]) -> dict | None:
 def probe_rows(
     rid: str, results: dict, run_dir: Path | None = None, warnings: list[str] | None = None
 ) -> list[dict]:
-    """The state probe of the selected checkpoint (results.json "probe", rlt/probe.py; for a run
+    """The state probe of the selected checkpoint (results.json "probe", rlt/state_probe.py; for a run
     trained before the probe existed, the ``probe.json`` that ``python -m rlt.probe`` wrote
     beside it, when it scored this run's checkpoint): one row per (target, position bucket)
     with the probe accuracy as a fraction, and target "rms" with the representation's RMS norm

@@ -314,7 +314,7 @@ def _bucket_bounds(bucket: str) -> tuple[int, int]:
 
 
 def probe_table(c: Collection, *, metric: str = "acc") -> Table:
-    """The state probe (rlt/probe.py): per task, target and position bucket, how well a linear
+    """The state probe (rlt/state_probe.py): per task, target and position bucket, how well a linear
     probe reads the running state from each model's representation (%), next to the task's
     test accuracy at the lengths that end in that bucket (the final-label accuracy there), and
     the representation's RMS norm (drift). Mean ± SD over seeds."""
@@ -357,7 +357,7 @@ def probe_table(c: Collection, *, metric: str = "acc") -> Table:
         row_of=row_of,
         notes=[
             "probe: multinomial logistic regression fitted on positions of training-length "
-            "sequences only, evaluated on the test sets (rlt/probe.py); representation = the "
+            "sequences only, evaluated on the test sets (rlt/state_probe.py); representation = the "
             "last block's output before the final norm (RLT-1/RLT-2: the fed-back s_t)",
             "parity: the running parity (chance 50); state: the S5 permutation so far (chance "
             "0.83); where: the position of each of the 5 elements (chance 20); rms: RMS norm of "

@@ -36,11 +36,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlt.atomic import atomic_write
 from rlt.models.deltanet import DeltaNetLayerState, DeltaNetState
 from rlt.models.deltaproduct import DeltaProductLayerState, DeltaProductState
 from rlt.models.pdssm import PDSSMState
 from rlt.models.state import KVCache, LSTMState, RLTState, TransformerState, WindowKV
-from rlt.rundir import atomic_write
 
 FORMAT = "rlt-state/2"
 UNVERIFIABLE = ("rlt-state/1",)  # earlier formats: no checksum, no weights' fingerprint

@@ -427,7 +427,7 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
 def _probe(spec: RunSpec, model: torch.nn.Module) -> dict[str, Any] | None:
     """``evaluate.probe``: the linear state probe of the selected (min_val_loss) checkpoint, or
     None where it is off or the task has no running target."""
-    from rlt import probe
+    from rlt import state_probe as probe
     from rlt.training.callbacks import load_weights, restore
 
     setting = spec.settings.probe
