@@ -67,6 +67,7 @@ def bench_stack(args: argparse.Namespace) -> dict[str, Any]:
                     models[name].native_step = True
     generator = torch.Generator().manual_seed(args.seed)
     tokens = torch.randint(1, 140, (k, args.batch, args.length + 1), generator=generator)
+    tokens = tokens.to(args.device)
     steps, why = {}, {}
     for name in args.variants:
         models = [s[name] for s in seeds]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check (issue 22, docs/GPU.md): one call on a lent GPU machine, within ~9 minutes,
-# writes at most 10 files to OUT:
+# writes at most 11 files to OUT:
 #   gpu_check.log       everything printed
 #   pytest.xml          a. pytest -m cuda: fla kernel vs the PyTorch delta rule, fused recurrence
 #                          vs the plain path (fp32, bf16 autocast), a bf16 step of every family
@@ -10,6 +10,8 @@
 #   bench_compile.json     bf16 + torch.compile, RLT-0 and RLT-1 (the compiled chunk step
 #                          with inductor's CUDA graphs), with the compile times
 #   bench_native.json      bf16, RLT-0 and RLT-1 with the C++ token loops (rlt/models/native.py)
+#   bench_stack.json       fp32 at the laptop shape: 5 seeds stacked in one step (issue 53) against
+#                          5 single steps and one step at 5x the batch (rlt/bench_stack.py)
 #   run_rlt1.json       c. results.json of a 500-step paper-scale parity run, RLT-1 6+2,
 #   run_transformer.json   and Transformer 8 (trainer=gpu, scale=paper_gpu: micro-batch 512)
 #   summary.json        the numbers above in one place, and sweep=main's wall time on one such GPU
@@ -73,7 +75,12 @@ if [ "$MODE" = cuda ]; then
     --repeats 3 --json "$OUT/bench_compile.json"
   timeout 90 "$PY" -m rlt.bench "${BENCH[@]}" --bf16 --native --variants rlt0,rlt1 \
     --repeats 2 --json "$OUT/bench_native.json"
+  timeout 90 "$PY" -m rlt.bench --device cuda --preset small --split 1+1 --length 20 --threads 4 \
+    --variants transformer,rlt0,rlt1 --repeats 5 --stack 5 --json "$OUT/bench_stack.json"
 else
+  timeout 90 "$PY" -m rlt.bench "${BENCH[@]}" --variants transformer,rlt1 --stack 2 \
+    --json "$OUT/bench_stack.json"
+
   echo '{"skipped": "CUDA graphs need a GPU"}' > "$OUT/bench_graph.json"
   # CPU compiled numbers: BENCHMARKS.md (compiling four models would double CI's share here)
   echo '{"skipped": "the compiled bench is measured on the CPU in BENCHMARKS.md"}' > "$OUT/bench_compile.json"

@@ -58,6 +58,19 @@ def bench_summary(path: Path) -> dict[str, Any]:
     }
 
 
+def stack_summary(path: Path) -> dict[str, Any]:
+    """Per variant: one seed's s/step and K seeds' stacked step (and the floor, one step at K
+    times the batch) against K single steps, from bench_stack.json."""
+    if not path.exists():
+        return {"error": f"no {path.name} (the bench failed or timed out; see gpu_check.log)"}
+    data = json.loads(path.read_text())["stack"]
+    keys = ("single_s", "stack_vs_k_singles", "batch_vs_k_singles", "why_not")
+    return {
+        "k": data["k"],
+        "rows": {n: {k: r.get(k) for k in keys} for n, r in data["rows"].items()},
+    }
+
+
 def run_summary(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {"error": f"no {path.name} (the run failed or timed out; see gpu_check.log)"}
@@ -111,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     summary["tests"] = tests_summary(a.out / "pytest.xml")
     for name in ("fp32", "bf16", "graph", "compile", "native"):
         summary[f"bench_{name}"] = bench_summary(a.out / f"bench_{name}.json")
+    summary["bench_stack"] = stack_summary(a.out / "bench_stack.json")
     runs = {name: run_summary(a.out / f"run_{name}.json") for name in ("rlt1", "transformer")}
     summary["runs"] = runs
     summary["report"] = {"parity_val_step500": {"rlt1_6+2": 99.44, "transformer_8": 48.48}}

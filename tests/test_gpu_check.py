@@ -36,6 +36,7 @@ def test_gpu_check_on_the_cpu_writes_its_files(tmp_path):
             "bench_graph.json",
             "bench_compile.json",
             "bench_native.json",
+            "bench_stack.json",
             "run_rlt1.json",
             "run_transformer.json",
             "summary.json",
@@ -50,6 +51,9 @@ def test_gpu_check_on_the_cpu_writes_its_files(tmp_path):
         assert set(bench["sec_per_step"]) == {"transformer", "rlt0", "rlt1", "rlt2"}
         assert all(v > 0 for v in bench["sec_per_step"].values())
         assert bench["ratios"]["rlt1/rlt0"] > 0
+    stack = summary["bench_stack"]
+    assert stack["k"] == 2 and stack["rows"]["transformer"]["stack_vs_k_singles"] > 0
+    assert "fused token loop" in stack["rows"]["rlt1"]["why_not"]
     runs = summary["runs"]
     assert runs["rlt1"]["label"] == "RLT-1" and runs["rlt1"]["arch"] == "6+2"
     assert runs["transformer"]["label"] == "Transformer 8"
