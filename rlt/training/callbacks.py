@@ -9,6 +9,7 @@ so far) and ``last.ckpt``; the run validates the last step with ``trainer.valida
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,11 @@ def save_weights(module: torch.nn.Module, path: Path, step: int, feedback_interv
     _written(path, lambda tmp: torch.save(state, tmp))
 
 
+def budget_path(ckpt_dir: Path, policy: str, step: int) -> Path:
+    """Where ``policy``'s checkpoint as it stood at budget ``step`` is kept."""
+    return Path(ckpt_dir) / f"{policy}@{step}.pt"
+
+
 def load_weights(path: Path) -> dict[str, Any]:
     """A policy file written by :func:`save_weights`, loaded with ``weights_only=True``: tensors
     and plain values only, so a run directory from someone else cannot execute code."""
@@ -118,6 +124,7 @@ class ValidationAndCheckpoints(L.Callback):
         val_every: int,
         max_steps: int,
         policies: list[str],
+        budgets: list[int] = (),
         loggers_fn=None,
         train_log_every: int = 10,
         stop_at_val_acc: float | None = None,
@@ -132,6 +139,7 @@ class ValidationAndCheckpoints(L.Callback):
         self.val_every = val_every
         self.max_steps = max_steps
         self.policies = list(policies)
+        self.budgets = set(budgets)
         self.train_log_every = train_log_every
         self.stop_at_val_acc = stop_at_val_acc
         self.stop_patience = max(1, int(stop_patience))
@@ -245,6 +253,12 @@ class ValidationAndCheckpoints(L.Callback):
                 save_weights(pl_module.model, self.ckpt_dir / f"{policy}.pt", step, fb)
         self.best["final"] = row
         save_weights(pl_module.model, self.ckpt_dir / "final.pt", step, fb)
+        if step in self.budgets:  # each policy's choice within this budget, kept
+            for policy in dict.fromkeys([*self.policies, "min_val_loss", "final"]):
+                if policy in POLICIES:
+                    src = self.ckpt_dir / f"{policy}.pt"
+                    dest = budget_path(self.ckpt_dir, policy, step)
+                    _written(dest, lambda tmp, src=src: shutil.copyfile(src, tmp))
         if self._should_stop_early() and step < self.max_steps:
             self.stopped_early = step
             trainer.should_stop = True

@@ -17,18 +17,22 @@ from rlt.tasks import metrics as task_metrics
 from rlt.training.callbacks import (
     POLICIES,
     ValidationAndCheckpoints,
+    budget_path,
     eval_interval,
     load_weights,
     restore,
+    select_step,
 )
 from rlt.training.evaluate import evaluate_lengths
 
 
 def evaluate_policies(
     spec, model: torch.nn.Module, dm, recorder: ValidationAndCheckpoints
-) -> dict[str, dict[str, Any]]:
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     """Every checkpoint policy's weights scored on the test lengths: results.json's
-    ``test_by_policy`` (min_val_loss always among them: it is the selection)."""
+    ``test_by_policy`` (min_val_loss always among them: it is the selection), and per budget
+    of ``callbacks.budgets`` the same for the checkpoints kept at that step
+    (``test_by_budget``; empty without budgets). A step's weights are scored once."""
     s = spec.settings
     policies = [p for p in s.policies if p in POLICIES] or ["min_val_loss"]
     if "min_val_loss" not in policies:
@@ -36,23 +40,34 @@ def evaluate_policies(
     loaders = dm.test_dataloaders(spec.test_lengths)
     with_exact = "exact" in getattr(spec.task, "metrics", ())
     by_step: dict[int, list[dict]] = {}
-    by_policy: dict[str, dict[str, Any]] = {}
-    for policy in policies:
-        ckpt = load_weights(spec.run_dir / rundir.CKPT_DIR / f"{policy}.pt")
+
+    def scored(path, policy: str, val: dict[str, Any]) -> dict[str, Any]:
+        ckpt = load_weights(path)
         step = int(ckpt["step"])
         if step not in by_step:
             restore(model, ckpt, spec)
-            say(f"  evaluating {policy} checkpoint (step {step}) on lengths {spec.test_lengths}")
+            say(f"  evaluating {path.stem} checkpoint (step {step}) on lengths {spec.test_lengths}")
             by_step[step] = evaluate_lengths(
                 model, loaders, with_exact=with_exact, acc_mode=spec.task.acc_mode
             )
-        by_policy[policy] = {
+        return {
             "step": step,
             "feedback_interval": eval_interval(spec, ckpt),
-            "val": {k: v for k, v in recorder.best[policy].items() if k != "step"},
+            "val": {k: v for k, v in val.items() if k != "step"},
             "rows": by_step[step],
         }
-    return by_policy
+
+    ckpts = spec.run_dir / rundir.CKPT_DIR
+    by_policy = {p: scored(ckpts / f"{p}.pt", p, recorder.best[p]) for p in policies}
+    by_budget: dict[str, dict[str, Any]] = {}
+    for budget in s.budgets:
+        if not budget_path(ckpts, "min_val_loss", budget).exists():
+            continue  # training ended (stopped early) before this budget: nothing kept there
+        within = [r for r in recorder.val_curve if r["step"] <= budget]
+        by_budget[str(budget)] = {
+            p: scored(budget_path(ckpts, p, budget), p, select_step(within, p)) for p in policies
+        }
+    return by_policy, by_budget
 
 
 def assemble(
@@ -60,6 +75,7 @@ def assemble(
     recorder: ValidationAndCheckpoints,
     by_policy: dict[str, dict[str, Any]],
     *,
+    by_budget: dict[str, dict[str, Any]] | None = None,
     n_params: int,
     step_paths: dict[str, Any],
     probe: dict[str, Any] | None,
@@ -83,6 +99,8 @@ def assemble(
         "train_curve": recorder.train_curve,
         "test": selected["rows"],
         "test_by_policy": by_policy,
+        # callbacks.budgets: each policy's checkpoint selected within each budget, scored
+        **({"test_by_budget": by_budget} if by_budget else {}),
         "feedback_schedule": spec.schedule.to_list() if spec.schedule is not None else None,
         # which plugin code computed each registered metric: runs that share a metric's name
         # but not its definition are never averaged (rlt/analysis/definitions.py)

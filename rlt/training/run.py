@@ -372,6 +372,7 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         val_every=s.val_every,
         max_steps=s.max_steps,
         policies=list(s.policies),
+        budgets=s.budgets,
         train_log_every=s.log_every,
         stop_at_val_acc=s.early_stop_acc,
         stop_patience=s.early_stop_patience,
@@ -407,11 +408,12 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         trainer.validate(module, datamodule=dm, verbose=False)
     fit_seconds = time.perf_counter() - fit_start
 
-    by_policy = evaluate_policies(spec, module.model, dm, recorder)
+    by_policy, by_budget = evaluate_policies(spec, module.model, dm, recorder)
     results = assemble(
         spec,
         recorder,
         by_policy,
+        by_budget=by_budget,
         n_params=module.model.num_parameters(),
         step_paths=step_paths,
         probe=_probe(spec, module.model),

@@ -78,6 +78,7 @@ class EarlyStop:
 @dataclass
 class Callbacks:
     policies: list = field(default_factory=list)
+    budgets: list = field(default_factory=list)
     inject_failure: Any = None
     early_stop: EarlyStop = field(default_factory=EarlyStop)
     diagnostics_every: int | None = _number(int, 1, nullable=True)

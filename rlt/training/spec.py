@@ -165,6 +165,22 @@ def _check_shapes(cfg: DictConfig) -> None:
     if has_feedback(model.get("family")) and str(model.get("name", "")).startswith("rlt2"):
         if model.get("feedback_interval") is None:
             raise ConfigError("RLT-2 needs a chunk size: set model.feedback_interval=B (e.g. 4)")
+    _check_budgets(cfg.callbacks.get("budgets") or [], scale)
+
+
+def _check_budgets(budgets, scale) -> None:
+    """``callbacks.budgets``: validation steps inside the run (a checkpoint is kept there)."""
+    for b in budgets:
+        if isinstance(b, bool) or not isinstance(b, int) or not 0 < b < scale.max_steps:
+            raise ConfigError(
+                f"callbacks.budgets: {b!r} is not a step inside the run; give steps between 1 and "
+                f"scale.max_steps-1 ({scale.max_steps - 1}), e.g. callbacks.budgets=[16000,32000]"
+            )
+        if b % scale.val_every:
+            raise ConfigError(
+                f"callbacks.budgets: step {b} is not a validation step (scale.val_every="
+                f"{scale.val_every}); give multiples of scale.val_every"
+            )
 
 
 def _check_variant(cfg: DictConfig, family: str, schedule: FeedbackSchedule | None) -> None:

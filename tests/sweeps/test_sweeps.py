@@ -208,6 +208,7 @@ def test_submitit_local_executor(tmp_path):
         ("baselines", 72, 72),
         ("laptop_trackers", 24, 24),
         ("laptop_long_trackers", 24, 24),
+        ("laptop_scout", 24, 24),
     ],
 )
 def test_presets_have_their_documented_cell_counts(sweep, distinct, jobs):
@@ -239,6 +240,7 @@ def test_every_sweep_file_is_tested():
         "baselines",
         "laptop_trackers",
         "laptop_long_trackers",
+        "laptop_scout",
     }
 
 
