@@ -278,3 +278,28 @@ def test_the_beyond_table_judges_only_cells_with_a_spread():
     assert got["PD-SSM 2"] == ("not judged (one seed)", "0.34 (n=1)")
     assert got["LSTM 2"][0] == "below" and got["DeltaNet [-1,1] 2"][0] == "beats"
     assert rows[0]["RLT-1 scaled acc"] == "56.51 ± 25.10 (n=5)"
+
+
+def test_the_learning_curve_table_names_the_first_step_at_the_prerequisite(tmp_path):
+    """Issue 54: per seed of a scouted cell, the first validation at or above its prerequisite
+    (the report's figure - 10: 90 for RLT-0 on parity), or "not by" the last step."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "docs/results/laptop/learning_curves.py"
+    spec = importlib.util.spec_from_file_location("learning_curves", path)
+    lc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lc)
+    curves = {42: [0.5, 0.89, 0.9, 0.7], 43: [0.5, 0.6, 0.8, 0.85]}
+    for seed, accs in curves.items():
+        run = tmp_path / "parity_3to16" / "rlt0" / "1+1" / f"seed{seed}"
+        run.mkdir(parents=True)
+        rows = [{"step": 100 * (i + 1), "acc": a, "loss": 1.0} for i, a in enumerate(accs)]
+        (run / "results.json").write_text(json.dumps({"val_curve": rows}))
+    lc.TIERS = (("400 steps", tmp_path),)
+    lc.SCOUTED = (("F2", "parity_3to16", "rlt0/1+1", "RLT-0 1+1"),)
+    lines = lc.table().splitlines()[2:]
+    assert [line.split(" | ")[5] for line in lines] == ["300", "not by 400"]
+    assert "val >= 90.00 (report 4+4 100 - 10)" in lines[0]
+    assert lines[0].endswith("| 90.00 (300) | 70.00 |")

@@ -10,6 +10,8 @@ prints and from the committed result files, so every number on the page is the t
     <!-- budget:start --> ... <!-- budget:end -->       steps/s and core-hours per cell and budget
     <!-- schedule:start --> ... <!-- schedule:end -->   issue 38 item 4: the chunk-size schedule
                                                        at 16,000 steps beside RLT-1 and RLT-2 B=4
+    <!-- curves:start --> ... <!-- curves:end -->       issue 54: the untestable cells' learning
+                                                       curves, first step at the prerequisite
 
     python docs/results/laptop/update_tables.py            # rewrite
     python docs/results/laptop/update_tables.py --check    # exit 1 if the page is out of date
@@ -26,6 +28,9 @@ import tempfile
 from pathlib import Path
 
 from rlt.analysis.cli import tables_main
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import learning_curves  # noqa: E402 - the study view beside this page
 
 HERE = Path(__file__).resolve().parent
 RUNS = HERE / "runs" / "laptop"
@@ -61,6 +66,7 @@ def rendered() -> tuple[str, str]:
     bodies["early-stop"] = early_stop_table()
     bodies["budget"] = budget_table()
     bodies["schedule"] = schedule_section()
+    bodies["curves"] = learning_curves.table()
     for region, body in bodies.items():
         start, end = f"<!-- {region}:start -->", f"<!-- {region}:end -->"
         pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
@@ -330,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     (HERE / "README.md").write_text(new)
     print(f"updated {HERE / 'README.md'}")
     schedule_figure(HERE / "figures" / "schedule_val_vs_core_seconds.png")
+    learning_curves.figure(HERE / "figures" / "learning_curves.png")
     return 0
 
 
