@@ -19,6 +19,7 @@ at the sweep root:
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -32,7 +33,12 @@ from rlt.analysis import definitions as defs
 from rlt.analysis.expected import expected_cells
 from rlt.analysis.labels import ModelKey, model_key, task_sort_key
 from rlt.analysis.protocol import separate_protocols
-from rlt.analysis.run_record import RUN_COLUMNS, SCHEMA_VERSION, read_run  # noqa: F401
+from rlt.analysis.run_record import (  # noqa: F401
+    RUN_COLUMNS,
+    SCHEMA_VERSION,
+    budget_views,
+    read_run,
+)
 from rlt.rundir import (
     GRID_FILES,
     RESULTS,
@@ -231,6 +237,13 @@ def _read_runs(sweep_dirs: list[Path]) -> tuple[list, list, list, list, list, li
             val_rows += val
             train_rows += train
             test_rows += test
+            if rec["has_results"]:  # callbacks.budgets: the run again as each shorter budget
+                results = json.loads((run_dir / RESULTS).read_text())
+                for view, v, t, scored in budget_views(rec, val, train, results):
+                    records.append(view)
+                    val_rows += v
+                    train_rows += t
+                    test_rows += scored
             probe_rows += probe
             def_rows += recorded
             warnings += warn

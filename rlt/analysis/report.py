@@ -110,16 +110,18 @@ def build_tables(c: Collection, opts: ReportOptions | None = None) -> dict[str, 
 def _is_laptop(c: Collection) -> bool:
     """Whether the runs include a laptop grid (sweep=laptop or laptop_long), whose findings the
     verdict table judges."""
-    return len(c.used) > 0 and c.used["sweep"].isin(["laptop", "laptop_long"]).any()
+    return len(c.used) > 0 and c.used["sweep"].isin(["laptop", "laptop_long", "laptop_scout"]).any()
 
 
 def _header(c: Collection) -> list[str]:
     used = c.used
     states = Counter(c.incomplete["state"])
+    views = int(used["schedule_steps"].notna().sum())  # a run again at a shorter budget
+    also = f" (and {views} shorter budget(s) of them: callbacks.budgets)" if views else ""
     lines = [
         "Sweeps: " + ", ".join(f"`{d}`" for d in c.sweep_dirs),
         "",
-        f"{len(used)} run(s) with results over {used['task'].nunique()} task(s), "
+        f"{len(used) - views} run(s) with results{also} over {used['task'].nunique()} task(s), "
         f"{used['label'].nunique()} model(s), seeds "
         + ", ".join(str(s) for s in sorted(used["seed"].dropna().unique()))
         + ".",

@@ -45,3 +45,35 @@ def test_a_budget_of_a_longer_run_is_the_shorter_run(tmp_path):
 def test_a_budget_outside_the_run_or_between_validations_is_refused(tmp_path, budgets, says):
     with pytest.raises(ConfigError, match=says):
         prepare(tiny(tmp_path, "scale.max_steps=8", f"callbacks.budgets={budgets}"))
+
+
+def test_the_tables_read_each_budget_as_its_own_tier(tmp_path):
+    """rlt.analysis: a run with budgets is read once more per budget (preset ``<preset>@<step>``)
+    with its curves cut at the step and the test rows of the checkpoints selected within it;
+    the verdict tiers come in order of their steps and name the longer schedule."""
+    from rlt.analysis import collect
+    from rlt.analysis.findings import budget_label, budget_of, by_preset
+
+    cfg = compose_cfg(
+        ["experiment=tiny", f"root={tmp_path}", "scale.max_steps=8", "callbacks.budgets=[4]"]
+    )
+    out = run(cfg)
+    res = load_results(out["run_dir"])
+    c = collect([tmp_path / "tiny"])
+    assert sorted(c.runs["preset"]) == ["tiny", "tiny@4"]
+    view = c.runs[c.runs["preset"] == "tiny@4"].iloc[0]
+    assert (
+        view["max_steps"] == 4
+        and view["selection_step"] == res["test_by_budget"]["4"]["min_val_loss"]["step"]
+    )
+    assert set(c.val[c.val["run_id"] == view["run_id"]]["step"]) == {2, 4}
+    test = c.test[(c.test["run_id"] == view["run_id"]) & (c.test["policy"] == "min_val_loss")]
+    expected = {
+        (r["length"], r["metric"]): r["value"]
+        for r in res["test_by_budget"]["4"]["min_val_loss"]["rows"]
+    }
+    assert {(r.length, r.metric): r.value for r in test.itertuples()} == expected
+    tiers = by_preset(c)
+    assert [p for p, _ in tiers] == ["tiny@4", "tiny"]
+    assert budget_label("tiny@4", tiers[0][1])[0] == "4 of 8 steps"
+    assert budget_of("tiny@4; scheduler=constant") == ("tiny; scheduler=constant", 4)
