@@ -332,6 +332,8 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if args.stack is not None and args.mode != "train":
+        parser.error("--stack K times training steps: drop --mode stream/both")
     if args.stack is not None and (args.compile or args.cuda_graph or args.bf16 or args.stack < 1):
         parser.error(
             "--stack K needs K >= 1 and the eager fp32 step (no --compile/--cuda-graph/--bf16)"

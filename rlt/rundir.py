@@ -22,7 +22,8 @@ split for the RLT family, ``L<n>`` for depth-only baselines) unless Hydra's ``hy
     diagnostics.json    feedback-path diagnostics (callbacks.diagnostics_every), optional
     train.log           progress lines (and Hydra's log)
     csv/metrics.csv     Lightning's CSV log
-    checkpoints/        last.ckpt (resume) and <policy>.pt for each of POLICIES
+    checkpoints/        last.ckpt (resume) and <policy>.pt for each of POLICIES (with
+                        callbacks.budgets also <policy>@<step>.pt: its choice at that step)
     .lock               held by the process training the run ("<pid> <host>")
 and a sweep directory holds grid.json (the cells a multirun expects; .grid.lock serialises
 launches merging into it) and .jobs/<launch>/.
@@ -299,7 +300,10 @@ def sweep_lock(sweep_dir: str | Path, wait_s: float = 120.0):
     the file system has no flock, the merge goes ahead unlocked, as before."""
     path = Path(sweep_dir) / SWEEP_LOCK
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:  # 0o666 less the umask, as every file of a run: collaborators launch into it too
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except PermissionError:  # another user's lock file: flock works on a read-only descriptor
+        fd = os.open(path, os.O_RDONLY)
     try:
         deadline = time.monotonic() + wait_s
         while True:
@@ -310,7 +314,7 @@ def sweep_lock(sweep_dir: str | Path, wait_s: float = 120.0):
                 if time.monotonic() > deadline:
                     raise RuntimeError(
                         f"another launch into this sweep (a live process: the kernel frees the "
-                        f"lock of a dead one) has held {path} for over {wait_s:.0f} s; let it "
+                        f"lock of a dead one) has held {path} for over {wait_s:g} s; let it "
                         "finish starting, or stop it, and launch again"
                     ) from None
                 time.sleep(0.05)

@@ -115,11 +115,19 @@ def test_bench_stack_times_k_seeds_against_k_single_steps(tmp_path, capsys) -> N
     assert "does not stack: its recurrence" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("extra", ["--stack 0", "--stack 2 --bf16", "--stack 2 --compile"])
-def test_bench_stack_refuses_what_it_does_not_time(extra, capsys) -> None:
+@pytest.mark.parametrize(
+    "extra, says",
+    [
+        ("--stack 0", "--stack K needs"),
+        ("--stack 2 --bf16", "--stack K needs"),
+        ("--stack 2 --compile", "--stack K needs"),
+        ("--stack 2 --mode both", "drop --mode stream/both"),
+    ],
+)
+def test_bench_stack_refuses_what_it_does_not_time(extra, says, capsys) -> None:
     with pytest.raises(SystemExit):
         bench.parse_args(f"--preset small {extra}".split())
-    assert "--stack K needs" in capsys.readouterr().err
+    assert says in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -19,7 +19,6 @@ at the sweep root:
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -30,15 +29,11 @@ from typing import Any
 import pandas as pd
 
 from rlt.analysis import definitions as defs
+from rlt.analysis.budgets import add_budget_views
 from rlt.analysis.expected import expected_cells
 from rlt.analysis.labels import ModelKey, model_key, task_sort_key
 from rlt.analysis.protocol import separate_protocols
-from rlt.analysis.run_record import (  # noqa: F401
-    RUN_COLUMNS,
-    SCHEMA_VERSION,
-    budget_views,
-    read_run,
-)
+from rlt.analysis.run_record import RUN_COLUMNS, SCHEMA_VERSION, read_run  # noqa: F401
 from rlt.rundir import (
     GRID_FILES,
     RESULTS,
@@ -152,6 +147,8 @@ def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Col
     records, val_rows, train_rows, test_rows, probe_rows, def_rows, warnings = _read_runs(
         sweep_dirs
     )
+    # callbacks.budgets: each such run is read again per budget once its preset is final
+    budgets = {r["run_id"]: r.pop("test_by_budget") for r in records if "test_by_budget" in r}
     runs = pd.DataFrame.from_records(records, columns=RUN_COLUMNS)
     # Integers with gaps: a run found without a known seed (a damaged results.json outside a
     # seed<N> directory) must not turn every seed into a float ("seed 42.0").
@@ -168,6 +165,9 @@ def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Col
         models.setdefault(key.label, key)
     _separate_step_counts(runs, expected, warnings)
     separate_protocols(runs, expected, warnings)
+    runs, expected = add_budget_views(
+        runs, expected, budgets, (val_rows, train_rows, test_rows), warnings
+    )
     presets = set(runs["preset"]) | set(expected["preset"])
     multi = len(presets) > 1
 
@@ -237,13 +237,6 @@ def _read_runs(sweep_dirs: list[Path]) -> tuple[list, list, list, list, list, li
             val_rows += val
             train_rows += train
             test_rows += test
-            if rec["has_results"]:  # callbacks.budgets: the run again as each shorter budget
-                results = json.loads((run_dir / RESULTS).read_text())
-                for view, v, t, scored in budget_views(rec, val, train, results):
-                    records.append(view)
-                    val_rows += v
-                    train_rows += t
-                    test_rows += scored
             probe_rows += probe
             def_rows += recorded
             warnings += warn

@@ -352,7 +352,8 @@ def budget_label(preset: str, c: Collection) -> tuple[str, str]:
     if within:
         total = c.used["schedule_steps"].dropna() if "schedule_steps" in c.used else steps[:0]
         of = int(total.max()) if not total.empty else _STEPS.get(base)
-        return f"{n:,} of {of:,} steps", (
+        named = "" if base in _BATCH else f" ({preset})"  # a suffixed preset keeps its tier
+        return f"{n:,} of {of:,} steps{named}", (
             f"the checkpoints selected within the first {n:,} steps{examples} of {of:,}-step "
             f"runs (preset {base}, callbacks.budgets; the learning rate on the {of:,}-step "
             "schedule)"

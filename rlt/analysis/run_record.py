@@ -101,6 +101,8 @@ def read_run(
         rec.update(state="unreadable", detail=f"{RESULTS} damaged: {damage}")
         return rec, *nothing, warnings
     rec.update(fields)
+    if results.get("test_by_budget"):  # callbacks.budgets: rlt/analysis/budgets.py reads it
+        rec["test_by_budget"] = results["test_by_budget"]
     rec["protocol"] = protocol_of(run_dir)
     names = (results.get("run") or {}).get("plugins")
     if isinstance(names, list):
@@ -112,40 +114,6 @@ def read_run(
     test += eval_rows(rid, run_dir, results, known, warnings)
     probe = probe_rows(rid, results, run_dir, warnings)
     return rec, val, train, test, probe, recorded, warnings
-
-
-def budget_views(
-    rec: dict, val: list, train: list, results: dict
-) -> list[tuple[dict, list, list, list]]:
-    """A run trained with ``callbacks.budgets`` read once more per budget, as the run it would
-    have been judged as had it stopped there: preset ``<preset>@<step>``, its curves up to the
-    step, each policy's checkpoint selected within it (``test_by_budget``). Its learning-rate
-    schedule stays the whole run's, which the budget's label says."""
-    views = []
-    for budget, by_policy in sorted(
-        (results.get("test_by_budget") or {}).items(), key=lambda kv: int(kv[0])
-    ):
-        step = int(budget)
-        rid = f"{rec['run_id']}@{step}"
-        view = {
-            **rec,
-            "run_id": rid,
-            "preset": f"{rec['preset']}@{step}",
-            "max_steps": step,
-            "step": step,
-            "selection_step": (by_policy.get("min_val_loss") or {}).get("step"),
-            "stopped_early": None,
-            "schedule_steps": rec["max_steps"],
-        }
-        views.append(
-            (
-                view,
-                [dict(r, run_id=rid) for r in val if r["step"] <= step],
-                [dict(r, run_id=rid) for r in train if r["step"] <= step],
-                test_rows(rid, {"test_by_policy": by_policy}),
-            )
-        )
-    return views
 
 
 def _damage(results: dict, rec: dict[str, Any]) -> str | None:

@@ -39,6 +39,7 @@ def params_table(c: Collection) -> Table:
     28.73M, RLT-0 = RLT-1 - 787,968), so a mismatch here means a model is not the report's.
     """
     used = c.used.dropna(subset=["params"])
+    used = used[used["schedule_steps"].isna()]  # a budget view is its run again, not a model
     multi = used["preset"].nunique() > 1  # same label, different width across presets
     records, notes = [], []
     for preset in sorted(used["preset"].unique()):

@@ -41,6 +41,11 @@ def why_not(model: nn.Module) -> str | None:
             "its recurrence trains through the fused token loop, which reads the weights "
             "directly into a hand-written backward"
         )
+    for name, m in model.named_modules():
+        if isinstance(m, nn.Embedding) and (m.padding_idx is not None or m.max_norm or m.sparse):
+            return f"embedding {name} has padding_idx, max_norm or sparse, which the stack ignores"
+        if isinstance(m, nn.RMSNorm) and m.weight is None:
+            return f"RMSNorm {name} has no scale to stack"
     owned = {id(p) for m in model.modules() if isinstance(m, STACKABLE) for p in m.parameters()}
     for name, p in model.named_parameters():
         if id(p) not in owned:
@@ -92,6 +97,10 @@ class SeedEmbedding(nn.Module):
         k = len(self.sources)
         table = torch.stack([s.weight for s in self.sources])  # (K, V, d)
         vocab = table.shape[1]
+        if len(tokens) and (tokens.min() < 0 or tokens.max() >= vocab):  # else: the next seed's
+            raise IndexError(
+                f"token ids must lie in [0, {vocab}), got {tokens.min()}..{tokens.max()}"
+            )
         offset = torch.arange(k, device=tokens.device) * vocab
         shifted = tokens.reshape(k, -1) + offset[:, None]
         out = F.embedding(shifted, table.reshape(k * vocab, -1))  # (K, N*T, d)

@@ -187,6 +187,9 @@ class ValidationAndCheckpoints(L.Callback):
     # -- hooks ----------------------------------------------------------------------------
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)
+        if trainer.global_step == 0:  # a fresh start (a forced retrain among them)
+            for kept in self.ckpt_dir.glob("*@*.pt"):
+                kept.unlink()  # budget checkpoints of an earlier training: never this run's
         self._last_step = trainer.global_step
         if self.stopped_early is not None:
             trainer.should_stop = True  # resumed after early stopping: nothing left to train
@@ -254,7 +257,7 @@ class ValidationAndCheckpoints(L.Callback):
         self.best["final"] = row
         save_weights(pl_module.model, self.ckpt_dir / "final.pt", step, fb)
         if step in self.budgets:  # each policy's choice within this budget, kept
-            for policy in dict.fromkeys([*self.policies, "min_val_loss", "final"]):
+            for policy in dict.fromkeys([*self.policies, "min_val_loss"]):
                 if policy in POLICIES:
                     src = self.ckpt_dir / f"{policy}.pt"
                     dest = budget_path(self.ckpt_dir, policy, step)

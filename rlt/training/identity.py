@@ -61,6 +61,8 @@ def identity_view(config: dict[str, Any]) -> dict[str, Any]:
         for k, v in flat.items()
         if not any(k == p or k.startswith(p + ".") for p in RUN_CONTROL)
     }
+    if view.get("callbacks.budgets"):  # a set of steps: order and repeats change nothing
+        view["callbacks.budgets"] = sorted(set(view["callbacks.budgets"]))
     if not view.get("callbacks.extra"):
         view.pop("callbacks.extra", None)  # none (runs before the key existed had none)
     if view.get("callbacks.early_stop.val_acc") is None:

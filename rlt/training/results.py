@@ -60,13 +60,22 @@ def evaluate_policies(
     ckpts = spec.run_dir / rundir.CKPT_DIR
     by_policy = {p: scored(ckpts / f"{p}.pt", p, recorder.best[p]) for p in policies}
     by_budget: dict[str, dict[str, Any]] = {}
+    last = recorder.val_curve[-1]["step"]
     for budget in s.budgets:
-        if not budget_path(ckpts, "min_val_loss", budget).exists():
-            continue  # training ended (stopped early) before this budget: nothing kept there
+        if budget > last:  # training ended (stopped early) before it: the run's own choices
+            by_budget[str(budget)] = by_policy
+            continue
         within = [r for r in recorder.val_curve if r["step"] <= budget]
-        by_budget[str(budget)] = {
-            p: scored(budget_path(ckpts, p, budget), p, select_step(within, p)) for p in policies
-        }
+        block = {}
+        for p in policies:
+            chosen = select_step(within, p)
+            block[p] = scored(budget_path(ckpts, p, budget), p, chosen)
+            if block[p]["step"] != chosen["step"]:
+                raise RuntimeError(
+                    f"{budget_path(ckpts, p, budget)} holds step {block[p]['step']}, but {p} "
+                    f"chose step {chosen['step']} within {budget} steps; rerun with force=true"
+                )
+        by_budget[str(budget)] = block
     return by_policy, by_budget
 
 

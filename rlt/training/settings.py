@@ -88,7 +88,7 @@ def settings_from(cfg: DictConfig, trainer_args: dict[str, Any]) -> Settings:
         scheduler=OmegaConf.to_container(cfg.scheduler, resolve=True),
         grad_clip=cfg.optim.grad_clip,
         policies=list(cb.policies),
-        budgets=sorted(int(b) for b in cb.get("budgets") or []),
+        budgets=sorted({int(b) for b in cb.get("budgets") or []}),
         early_stop_acc=cb.early_stop.val_acc,
         early_stop_patience=cb.early_stop.patience,
         diagnostics_every=cb.diagnostics_every,

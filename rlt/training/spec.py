@@ -165,11 +165,25 @@ def _check_shapes(cfg: DictConfig) -> None:
     if has_feedback(model.get("family")) and str(model.get("name", "")).startswith("rlt2"):
         if model.get("feedback_interval") is None:
             raise ConfigError("RLT-2 needs a chunk size: set model.feedback_interval=B (e.g. 4)")
-    _check_budgets(cfg.callbacks.get("budgets") or [], scale)
+    _check_budgets(cfg.callbacks.get("budgets"), scale, model)
 
 
-def _check_budgets(budgets, scale) -> None:
-    """``callbacks.budgets``: validation steps inside the run (a checkpoint is kept there)."""
+def _check_budgets(budgets, scale, model) -> None:
+    """``callbacks.budgets``: a list of validation steps inside the run (a checkpoint is kept
+    there), for a model without a feedback schedule (whose stages the whole run places)."""
+    if budgets is None:
+        return
+    if not isinstance(budgets, list | ListConfig):
+        raise ConfigError(
+            f"callbacks.budgets must be a list of steps, got {budgets!r}; e.g. "
+            "callbacks.budgets=[16000,32000]"
+        )
+    if budgets and model.get("feedback_schedule"):
+        raise ConfigError(
+            "callbacks.budgets with model.feedback_schedule: the schedule's stages are placed on "
+            "the whole run's steps, so a budget would not be the shorter run it names; train "
+            "the shorter run itself (scale.max_steps), or drop callbacks.budgets"
+        )
     for b in budgets:
         if isinstance(b, bool) or not isinstance(b, int) or not 0 < b < scale.max_steps:
             raise ConfigError(

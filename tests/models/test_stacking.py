@@ -162,3 +162,18 @@ def test_models_of_different_configurations_are_refused():
     b = build_model(TransformerConfig(n_layers=1, **TINY))
     with pytest.raises(StackError, match="one configuration"):
         stack([a, b])
+
+
+def test_a_token_outside_the_vocabulary_is_an_error_not_the_next_seeds_row():
+    models = seeds(Biased, 2)
+    with pytest.raises(IndexError, match=r"\[0, 10\)"):
+        stack(models)(torch.tensor([[1, 10], [0, 2]]))
+
+
+def test_an_embedding_with_padding_is_refused():
+    class Padded(Biased):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(10, 8, padding_idx=0)
+
+    assert "padding_idx" in why_not(Padded())

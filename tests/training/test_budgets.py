@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from rlt.training.run import run
@@ -40,7 +41,8 @@ def test_a_budget_of_a_longer_run_is_the_shorter_run(tmp_path):
 @pytest.mark.parametrize(
     "budgets, says",
     [("[8]", "not a step inside the run"), ("[0]", "not a step inside the run"),
-     ("[3]", "not a validation step"), ("[two]", "not a step inside the run")],
+     ("[3]", "not a validation step"), ("[two]", "not a step inside the run"),
+     ("4", "must be a list of steps")],
 )  # fmt: skip
 def test_a_budget_outside_the_run_or_between_validations_is_refused(tmp_path, budgets, says):
     with pytest.raises(ConfigError, match=says):
@@ -54,14 +56,13 @@ def test_the_tables_read_each_budget_as_its_own_tier(tmp_path):
     from rlt.analysis import collect
     from rlt.analysis.findings import budget_label, budget_of, by_preset
 
-    cfg = compose_cfg(
-        ["experiment=tiny", f"root={tmp_path}", "scale.max_steps=8", "callbacks.budgets=[4]"]
-    )
-    out = run(cfg)
+    out = run(tiny(tmp_path, "scale.max_steps=8", "callbacks.budgets=[4]"))
     res = load_results(out["run_dir"])
     c = collect([tmp_path / "tiny"])
-    assert sorted(c.runs["preset"]) == ["tiny", "tiny@4"]
-    view = c.runs[c.runs["preset"] == "tiny@4"].iloc[0]
+    base = "tiny; scheduler=constant"  # the protocol suffix stays with the budget's tier
+    assert sorted(c.runs["preset"]) == [base, f"{base}@4"]
+    assert sorted(c.expected["preset"]) == [base, f"{base}@4"]  # each tier expects the cell
+    view = c.runs[c.runs["preset"] == f"{base}@4"].iloc[0]
     assert (
         view["max_steps"] == 4
         and view["selection_step"] == res["test_by_budget"]["4"]["min_val_loss"]["step"]
@@ -73,7 +74,50 @@ def test_the_tables_read_each_budget_as_its_own_tier(tmp_path):
         for r in res["test_by_budget"]["4"]["min_val_loss"]["rows"]
     }
     assert {(r.length, r.metric): r.value for r in test.itertuples()} == expected
+    assert pd.isna(view["sec_per_step"])  # no training cost of its own
     tiers = by_preset(c)
-    assert [p for p, _ in tiers] == ["tiny@4", "tiny"]
-    assert budget_label("tiny@4", tiers[0][1])[0] == "4 of 8 steps"
-    assert budget_of("tiny@4; scheduler=constant") == ("tiny; scheduler=constant", 4)
+    assert [p for p, _ in tiers] == [f"{base}@4", base]
+    assert budget_label(f"{base}@4", tiers[0][1])[0] == f"4 of 8 steps ({base}@4)"
+    assert budget_of(f"{base}@4") == (base, 4)
+
+
+def test_a_budget_with_a_feedback_schedule_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="feedback_schedule"):
+        prepare(
+            tiny(tmp_path, "model=rlt2_sched_4to1", "scale.max_steps=8", "callbacks.budgets=[4]")
+        )
+
+
+def test_a_run_stopped_before_a_budget_reports_its_own_choice_there(tmp_path):
+    """Early stop at step 2 of 8 with a budget at 6: nothing was validated after step 2, so
+    the checkpoints selected within 6 steps are the run's own."""
+    res = load_results(
+        run(
+            tiny(
+                tmp_path,
+                "scale.max_steps=8",
+                "callbacks.budgets=[6]",
+                "callbacks.early_stop.val_acc=0.0",
+                "callbacks.early_stop.patience=1",
+            )
+        )["run_dir"]
+    )
+    assert res["stopped_early"] == 2
+    assert res["test_by_budget"]["6"] == res["test_by_policy"]
+
+
+def test_a_forced_retrain_never_scores_the_earlier_trainings_budget_checkpoints(tmp_path):
+    first = run(tiny(tmp_path, "scale.max_steps=8", "callbacks.budgets=[6]"))
+    kept = Path(first["run_dir"]) / "checkpoints" / "min_val_loss@6.pt"
+    assert kept.exists()
+    run(
+        tiny(
+            tmp_path,
+            "scale.max_steps=8",
+            "callbacks.budgets=[6]",
+            "callbacks.early_stop.val_acc=0.0",
+            "callbacks.early_stop.patience=1",
+            "force=true",
+        )
+    )
+    assert not kept.exists()  # the retrain stopped at step 2: no step-6 checkpoint of its own

@@ -39,7 +39,9 @@ def curves(root: Path, task: str, cell: str) -> dict[int, list[tuple[int, float]
     out = {}
     for path in sorted((root / task / cell).glob("seed*/results.json")):
         res = json.loads(path.read_text())
-        out[int(path.parent.name[4:])] = [(r["step"], 100 * r["acc"]) for r in res["val_curve"]]
+        curve = [(r["step"], 100 * r["acc"]) for r in res.get("val_curve") or []]
+        if curve:  # a run that never validated has no curve to show
+            out[int(path.parent.name[4:])] = curve
     return out
 
 
