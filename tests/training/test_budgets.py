@@ -88,20 +88,15 @@ def test_a_budget_with_a_feedback_schedule_is_refused(tmp_path):
         )
 
 
+# stops at the first validation (step 2): every validation accuracy is >= 0
+STOP_AT_FIRST = ("callbacks.early_stop.val_acc=0.0", "callbacks.early_stop.patience=1")
+
+
 def test_a_run_stopped_before_a_budget_reports_its_own_choice_there(tmp_path):
     """Early stop at step 2 of 8 with a budget at 6: nothing was validated after step 2, so
     the checkpoints selected within 6 steps are the run's own."""
-    res = load_results(
-        run(
-            tiny(
-                tmp_path,
-                "scale.max_steps=8",
-                "callbacks.budgets=[6]",
-                "callbacks.early_stop.val_acc=0.0",
-                "callbacks.early_stop.patience=1",
-            )
-        )["run_dir"]
-    )
+    cfg = tiny(tmp_path, "scale.max_steps=8", "callbacks.budgets=[6]", *STOP_AT_FIRST)
+    res = load_results(run(cfg)["run_dir"])
     assert res["stopped_early"] == 2
     assert res["test_by_budget"]["6"] == res["test_by_policy"]
 
@@ -110,14 +105,5 @@ def test_a_forced_retrain_never_scores_the_earlier_trainings_budget_checkpoints(
     first = run(tiny(tmp_path, "scale.max_steps=8", "callbacks.budgets=[6]"))
     kept = Path(first["run_dir"]) / "checkpoints" / "min_val_loss@6.pt"
     assert kept.exists()
-    run(
-        tiny(
-            tmp_path,
-            "scale.max_steps=8",
-            "callbacks.budgets=[6]",
-            "callbacks.early_stop.val_acc=0.0",
-            "callbacks.early_stop.patience=1",
-            "force=true",
-        )
-    )
+    run(tiny(tmp_path, "scale.max_steps=8", "callbacks.budgets=[6]", *STOP_AT_FIRST, "force=true"))
     assert not kept.exists()  # the retrain stopped at step 2: no step-6 checkpoint of its own
