@@ -69,6 +69,33 @@ def table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def cost() -> str:
+    """What the scouts cost: each cell's measured training core-hours per 16,000-step run (one
+    thread; timing.train_seconds, validation and testing excluded), and three times that for a
+    48,000-step scout, per run and for its three seeds."""
+    lines = [
+        "| cell | 16,000 steps: core-hours per run (measured, mean of n) | 48,000-step scout: "
+        "per run | 3 seeds |",
+        "|---|---:|---:|---:|",
+    ]
+    total = 0.0
+    for finding, task, cell, column in SCOUTED:
+        hours = [
+            json.loads(p.read_text())["timing"]["train_seconds"] / 3600
+            for p in sorted((TIERS[0][1] / task / cell).glob("seed*/results.json"))
+        ]
+        if not hours:
+            continue
+        mean = sum(hours) / len(hours)
+        total += 9 * mean
+        lines.append(
+            f"| {finding}: {task} {column} | {mean:.2f} (n={len(hours)}) | {3 * mean:.1f} | "
+            f"{9 * mean:.1f} |"
+        )
+    lines.append(f"| all 24 scouts | | | {total:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
 def figure(path: Path) -> None:
     """One panel per scouted cell: each seed's validation accuracy against the examples seen
     (every tier that has the cell; dashed: the prerequisite)."""
