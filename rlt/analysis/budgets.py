@@ -12,6 +12,7 @@ it out. Each budget tier expects the cells its base preset expects.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pandas as pd
@@ -73,3 +74,10 @@ def add_budget_views(
 
 def _upto(rows: list[dict], run_id: str, step: int) -> list[dict]:
     return [r for r in rows if r["run_id"] == run_id and r["step"] <= step]
+
+
+def budget_of(preset: str) -> tuple[str, int | None]:
+    """``"laptop_scout@16000"`` -> ``("laptop_scout", 16000)`` (what follows the step, a
+    protocol or sweep suffix, stays with the preset); a plain preset -> ``(preset, None)``."""
+    m = re.match(r"^(.*?)@(\d+)(.*)$", preset)
+    return (m[1] + m[3], int(m[2])) if m else (preset, None)

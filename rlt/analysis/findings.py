@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from rlt.analysis.budgets import budget_of  # noqa: F401 - findings.budget_of, as callers spell it
 from rlt.analysis.collect import Collection
 from rlt.analysis.table_core import Table
 from rlt.analysis.tables import length_table, val_table
@@ -327,13 +328,6 @@ class _Cells:
     def in_grid(self, cell: Cell) -> bool:
         """Whether this budget ran or asks for the cell at all."""
         return (cell.task, cell.column) in self.expected or self.learned(cell) is not None
-
-
-def budget_of(preset: str) -> tuple[str, int | None]:
-    """``"laptop_scout@16000"`` -> ``("laptop_scout", 16000)`` (what follows the step, a
-    protocol or sweep suffix, stays with the preset); a plain preset -> ``(preset, None)``."""
-    m = re.match(r"^(.*?)@(\d+)(.*)$", preset)
-    return (m[1] + m[3], int(m[2])) if m else (preset, None)
 
 
 def budget_label(preset: str, c: Collection) -> tuple[str, str]:
