@@ -21,7 +21,7 @@ from rlt.training import hydra_support
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    from rlt.training.callbacks import WriteError
+    from rlt.training.checkpoints import WriteError
     from rlt.training.run import run
     from rlt.training.spec import ConfigError
 

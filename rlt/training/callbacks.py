@@ -1,15 +1,15 @@
 """Callbacks: what a run records at each validation, progress on disk, and the B schedule.
 
 Lightning's validation loop validates every ``val_every`` optimizer steps
-(``val_check_interval``); :class:`ValidationAndCheckpoints` records each validation, writes
-the selected checkpoints the moment they are found (a crash never loses the best weights found
-so far) and ``last.ckpt``; the run validates the last step with ``trainer.validate`` when
-``max_steps`` is not a multiple of ``val_every``.
+(``val_check_interval``) and, when ``max_steps`` is not a multiple of ``val_every``, at the last
+step (:class:`RunRecord` asks for it as a stop at ``max_steps``, which Lightning validates);
+:class:`RunRecord` records each validation, the training curve, step timings and
+``status.json``. Selection, stopping and the checkpoint files are Lightning's own callbacks
+(rlt/training/checkpoints.py).
 """
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -21,139 +21,44 @@ from rlt import rundir
 from rlt.tasks.vocab import PAD as PAD_ID
 from rlt.training.schedule import FeedbackSchedule
 
-# Checkpoint policies: which validation row wins. Strict comparisons keep the earliest on ties.
-POLICIES = rundir.POLICIES
+
+def out_of_time(trainer) -> bool:
+    """``trainer.args.max_time`` ran out: a stop to resume, not an early stop."""
+    from lightning.pytorch.callbacks import Timer
+
+    return any(isinstance(c, Timer) and c.time_remaining() <= 0 for c in trainer.callbacks)
 
 
-def select_step(curve: list[dict[str, float]], policy: str) -> dict[str, float]:
-    """The validation row a policy selects from ``curve`` (rows with step, loss, acc).
-
-    ``min_val_loss`` is the report's rule: lowest mean per-example validation loss, earliest step
-    on ties. ``max_val_acc``: highest validation accuracy, earliest on ties. ``final``: last row.
-    """
-    if not curve:
-        raise ValueError("empty validation curve: the run has not validated yet")
-    if policy == "final":
-        return curve[-1]
-    if policy == "min_val_loss":
-        best = curve[0]
-        for row in curve[1:]:
-            if row["loss"] < best["loss"]:
-                best = row
-        return best
-    if policy == "max_val_acc":
-        best = curve[0]
-        for row in curve[1:]:
-            if row["acc"] > best["acc"]:
-                best = row
-        return best
-    raise ValueError(f"unknown checkpoint policy {policy!r}; expected one of {POLICIES}")
-
-
-class WriteError(OSError):
-    """A run file could not be written (full disk, file-size limit, read-only directory); the
-    message names the file and the fix."""
-
-
-def _written(path: Path, write) -> None:
-    """Write ``path`` through a temporary file (``write(tmp)``), naming the file when it fails:
-    torch.save reports a full disk as "enforce fail at inline_container.cc"."""
-    try:
-        rundir.atomic_replace(path, write)
-    except (OSError, RuntimeError) as e:
-        reason = getattr(e, "strerror", None) or str(e).strip().splitlines()[0][:160]
-        raise WriteError(
-            f"cannot write {path} ({reason}): the disk may be full, a file-size limit reached or "
-            "the directory read-only; fix that and rerun the same command (it resumes from the "
-            "last checkpoint)"
-        ) from e
-
-
-def save_weights(module: torch.nn.Module, path: Path, step: int, feedback_interval: Any) -> None:
-    """Weights-only checkpoint (the model is small next to a full Lightning checkpoint)."""
-    state = {
-        "step": step,
-        "feedback_interval": feedback_interval,
-        "state_dict": module.state_dict(),
-    }
-    _written(path, lambda tmp: torch.save(state, tmp))
-
-
-def budget_path(ckpt_dir: Path, policy: str, step: int) -> Path:
-    """Where ``policy``'s checkpoint as it stood at budget ``step`` is kept."""
-    return Path(ckpt_dir) / f"{policy}@{step}.pt"
-
-
-def load_weights(path: Path) -> dict[str, Any]:
-    """A policy file written by :func:`save_weights`, loaded with ``weights_only=True``: tensors
-    and plain values only, so a run directory from someone else cannot execute code."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise RuntimeError(
-            f"cannot load the weights file {path} ({type(e).__name__}: {str(e)[:200]}). It must "
-            "hold only tensors and plain values; rerun with force=true to retrain this run."
-        ) from e
-
-
-def eval_interval(spec, ckpt: dict[str, Any]) -> int | None:
-    """The chunk size a policy file is evaluated with: the last schedule stage's (SPEC:
-    inference uses it), else the one it trained with; None for a family without feedback."""
-    scheduled = spec.schedule.final if spec.schedule is not None else None
-    return spec.entry.interval(ckpt.get("feedback_interval"), scheduled)
-
-
-def restore(model: torch.nn.Module, ckpt: dict[str, Any], spec) -> int | None:
-    """A loaded policy file's weights into ``model``, set to evaluate as :func:`eval_interval`
-    says; returns that chunk size."""
-    model.load_state_dict(ckpt["state_dict"])
-    fb = eval_interval(spec, ckpt)
-    if fb:
-        model.feedback_interval = fb
-    return fb
-
-
-class ValidationAndCheckpoints(L.Callback):
-    """Records every validation (Lightning's loop, ``val_every`` steps apart, and at the end),
-    keeps the checkpoint of every policy, ``last.ckpt`` for resume, the curves, step timings
-    and ``status.json``."""
+class RunRecord(L.Callback):
+    """Records every validation (Lightning's loop, ``val_every`` steps apart, and at the last
+    step), the training curve, step timings, an early stop (any callback's stop before
+    ``max_steps``) and ``status.json``; all of it kept in ``last.ckpt`` for resume."""
 
     def __init__(
         self,
         run_dir: str | Path,
         val_every: int,
         max_steps: int,
-        policies: list[str],
-        budgets: list[int] = (),
-        loggers_fn=None,
         train_log_every: int = 10,
-        stop_at_val_acc: float | None = None,
-        stop_patience: int = 1,
         records_interval: bool = False,
     ):
         self.run_dir = Path(run_dir)
         # the family has a feedback interval (rlt.families.Family.feedback): each validation row
         # records the B it was evaluated with
         self.records_interval = records_interval
-        self.ckpt_dir = self.run_dir / rundir.CKPT_DIR
         self.val_every = val_every
         self.max_steps = max_steps
-        self.policies = list(policies)
-        self.budgets = set(budgets)
         self.train_log_every = train_log_every
-        self.stop_at_val_acc = stop_at_val_acc
-        self.stop_patience = max(1, int(stop_patience))
         # Persistent state (restored from last.ckpt on resume).
         self.val_curve: list[dict[str, Any]] = []
         self.train_curve: list[dict[str, float]] = []
-        self.best: dict[str, dict[str, Any]] = {}
         self.train_seconds = 0.0
         self.timed_steps = 0
         # process CPU seconds of the timed steps (core-seconds: unlike wall time, not inflated by
         # other jobs on a shared machine), in all and per chunk size B in force (schedules)
         self.cpu_seconds = 0.0
         self.by_interval: dict[str, dict[str, float]] = {}
-        self.stopped_early: int | None = None  # the step, when early stopping ended the run
+        self.stopped_early: int | None = None  # the step, when a callback ended the run early
         # Per-process state.
         self._t0: float | None = None
         self._c0 = 0.0
@@ -165,7 +70,6 @@ class ValidationAndCheckpoints(L.Callback):
         return {
             "val_curve": self.val_curve,
             "train_curve": self.train_curve,
-            "best": self.best,
             "train_seconds": self.train_seconds,
             "timed_steps": self.timed_steps,
             "cpu_seconds": self.cpu_seconds,
@@ -176,20 +80,14 @@ class ValidationAndCheckpoints(L.Callback):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.val_curve = list(state["val_curve"])
         self.train_curve = list(state["train_curve"])
-        self.best = dict(state["best"])
         self.train_seconds = float(state["train_seconds"])
         self.timed_steps = int(state["timed_steps"])
-        # absent from checkpoints written before it was recorded: counted from the resume on
-        self.cpu_seconds = float(state.get("cpu_seconds", 0.0))
-        self.by_interval = {k: dict(v) for k, v in state.get("by_interval", {}).items()}
-        self.stopped_early = state.get("stopped_early")
+        self.cpu_seconds = float(state["cpu_seconds"])
+        self.by_interval = {k: dict(v) for k, v in state["by_interval"].items()}
+        self.stopped_early = state["stopped_early"]
 
     # -- hooks ----------------------------------------------------------------------------
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.ckpt_dir.mkdir(parents=True, exist_ok=True)
-        if trainer.global_step == 0:  # a fresh start (a forced retrain among them)
-            for kept in self.ckpt_dir.glob("*@*.pt"):
-                kept.unlink()  # budget checkpoints of an earlier training: never this run's
         self._last_step = trainer.global_step
         if self.stopped_early is not None:
             trainer.should_stop = True  # resumed after early stopping: nothing left to train
@@ -226,66 +124,35 @@ class ValidationAndCheckpoints(L.Callback):
             self._loss_acc = []
             if step % self.train_log_every == 0 or step == self.max_steps:
                 self.train_curve.append({"step": step, "loss": mean})
+        if step == self.max_steps and step % self.val_every:
+            # the last step is off the validation grid: a stop here is one Lightning's loop
+            # validates before it ends (inside fit, so the checkpoint callbacks see it)
+            trainer.should_stop = True
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """After Lightning's validation loop (every ``val_every`` steps, and the final one run
-        by ``trainer.validate``): record, select, checkpoint, maybe stop early."""
-        if trainer.sanity_checking:
-            return
+        """After Lightning's validation loop: the row, the loggers, an early stop, the status.
+        Runs before the checkpoint callbacks (Lightning orders every ModelCheckpoint last), so
+        ``last.ckpt`` holds this validation."""
         step = trainer.global_step
-        if self.val_curve and self.val_curve[-1]["step"] == step:
-            return  # this step is validated already
-        self.record(trainer, pl_module, step, dict(pl_module.val_metrics))
-
-    def record(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, step: int, metrics: dict
-    ) -> None:
+        if trainer.sanity_checking or trainer.state.fn != "fit":
+            return
+        metrics = dict(pl_module.val_metrics)
         row = {"step": step, **metrics}
-        fb = pl_module.model.feedback_interval  # None for RLT-0 and the Transformer
         if self.records_interval:
-            row["feedback_interval"] = fb
+            row["feedback_interval"] = pl_module.model.feedback_interval
         self.val_curve.append(row)
         for logger in trainer.loggers:
             logger.log_metrics({f"val/{k}": v for k, v in metrics.items()}, step=step)
-        for policy in self.policies:
-            if policy == "final":
-                continue
-            chosen = select_step(self.val_curve, policy)
-            if chosen["step"] == step:
-                self.best[policy] = row
-                save_weights(pl_module.model, self.ckpt_dir / f"{policy}.pt", step, fb)
-        self.best["final"] = row
-        save_weights(pl_module.model, self.ckpt_dir / "final.pt", step, fb)
-        if step in self.budgets:  # each policy's choice within this budget, kept
-            for policy in dict.fromkeys([*self.policies, "min_val_loss"]):
-                if policy in POLICIES:
-                    src = self.ckpt_dir / f"{policy}.pt"
-                    dest = budget_path(self.ckpt_dir, policy, step)
-                    _written(dest, lambda tmp, src=src: shutil.copyfile(src, tmp))
-        if self._should_stop_early() and step < self.max_steps:
-            self.stopped_early = step
-            trainer.should_stop = True
-        self.save_last(trainer)
-        best_acc = max(r["acc"] for r in self.val_curve)
+        if trainer.should_stop and step < self.max_steps and not out_of_time(trainer):
+            self.stopped_early = step  # callbacks.early_stop, or a user's callback
         rundir.write_status(
             self.run_dir,
             "running",
             step=step,
             max_steps=self.max_steps,
             val_acc=metrics["acc"],
-            best_val_acc=best_acc,
+            best_val_acc=max(r["acc"] for r in self.val_curve),
         )
-
-    def _should_stop_early(self) -> bool:
-        """``callbacks.early_stop``: the last ``patience`` validations all reached the
-        accuracy threshold (off when the threshold is null)."""
-        if self.stop_at_val_acc is None or len(self.val_curve) < self.stop_patience:
-            return False
-        recent = self.val_curve[-self.stop_patience :]
-        return all(r["acc"] >= self.stop_at_val_acc for r in recent)
-
-    def save_last(self, trainer: L.Trainer) -> None:
-        _written(self.ckpt_dir / rundir.LAST_CKPT, trainer.save_checkpoint)
 
 
 class FeedbackScheduleCallback(L.Callback):
@@ -403,7 +270,7 @@ class PlainProgress(L.Callback):
     For logs (SLURM, nohup, ``> log``) where a live bar shows nothing; lines also go to
     ``train.log`` in the run directory."""
 
-    def __init__(self, cell: str, recorder: ValidationAndCheckpoints, log_path: Path, every_steps: int,
+    def __init__(self, cell: str, recorder: RunRecord, log_path: Path, every_steps: int,
                  every_seconds: float, stream=None):  # fmt: skip
         self.cell = cell
         self.recorder = recorder
@@ -432,7 +299,7 @@ class PlainProgress(L.Callback):
         if not due and step < self.recorder.max_steps:
             return
         self._last_print = now
-        if step % self.recorder.val_every == 0:
+        if step % self.recorder.val_every == 0 or step == self.recorder.max_steps:
             self._pending = (step, now)  # Lightning validates this step next: say its result
             return
         self._emit(self.line(step, now))

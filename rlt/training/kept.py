@@ -14,7 +14,7 @@ from torch import nn
 
 from rlt import portable, rundir
 from rlt.training import identity, resume
-from rlt.training.callbacks import load_weights, restore
+from rlt.training.checkpoints import load_weights, restore
 from rlt.training.spec import ConfigError, RunSpec, prepare
 
 

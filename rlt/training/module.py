@@ -107,14 +107,16 @@ class SequenceModule(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         """``val_metrics``: the means over the validation set as Python floats (what the run
-        records and selects on); also ``val/<metric>`` in ``trainer.callback_metrics``, so
-        Lightning's ModelCheckpoint / EarlyStopping can monitor them. Loggers get them from
-        ValidationAndCheckpoints at the optimizer step they belong to."""
+        records); also ``val/<metric>`` in ``trainer.callback_metrics`` as float64 tensors (the
+        same numbers, not rounded to float32), which the run's checkpoint and early-stopping
+        callbacks and a user's own monitor. Loggers get them from the run's record
+        (rlt/training/callbacks.py) at the optimizer step they belong to."""
         self.val_metrics = mean_over_examples(self._val_parts)
         self._val_parts = []
-        self.log_dict(
-            {f"val/{k}": v for k, v in self.val_metrics.items()}, logger=False, prog_bar=False
-        )
+        exact = {
+            f"val/{k}": torch.tensor(v, dtype=torch.float64) for k, v in self.val_metrics.items()
+        }
+        self.log_dict(exact, logger=False, prog_bar=False)
 
     # -- optimizer -------------------------------------------------------------------------
     def configure_optimizers(self) -> dict[str, Any]:

@@ -14,9 +14,9 @@ import torch
 import rlt
 from rlt import portable, rundir
 from rlt.tasks import metrics as task_metrics
-from rlt.training.callbacks import (
+from rlt.training.callbacks import RunRecord
+from rlt.training.checkpoints import (
     POLICIES,
-    ValidationAndCheckpoints,
     budget_path,
     eval_interval,
     load_weights,
@@ -27,7 +27,7 @@ from rlt.training.evaluate import evaluate_lengths
 
 
 def evaluate_policies(
-    spec, model: torch.nn.Module, dm, recorder: ValidationAndCheckpoints
+    spec, model: torch.nn.Module, dm, recorder: RunRecord
 ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     """Every checkpoint policy's weights scored on the test lengths: results.json's
     ``test_by_policy`` (min_val_loss always among them: it is the selection), and per budget
@@ -41,9 +41,16 @@ def evaluate_policies(
     with_exact = "exact" in getattr(spec.task, "metrics", ())
     by_step: dict[int, list[dict]] = {}
 
-    def scored(path, policy: str, val: dict[str, Any]) -> dict[str, Any]:
+    def scored(path, policy: str, chosen: dict[str, Any], within: str) -> dict[str, Any]:
+        """``path``'s weights scored, after checking they are of the step ``policy`` chose
+        from the validation curve (``within`` says which part of it)."""
         ckpt = load_weights(path)
         step = int(ckpt["step"])
+        if step != chosen["step"]:
+            raise RuntimeError(
+                f"{path} holds step {step}, but {policy} chose step {chosen['step']} {within}; "
+                "rerun with force=true"
+            )
         if step not in by_step:
             restore(model, ckpt, spec)
             say(f"  evaluating {path.stem} checkpoint (step {step}) on lengths {spec.test_lengths}")
@@ -53,35 +60,34 @@ def evaluate_policies(
         return {
             "step": step,
             "feedback_interval": eval_interval(spec, ckpt),
-            "val": {k: v for k, v in val.items() if k != "step"},
+            "val": {k: v for k, v in chosen.items() if k != "step"},
             "rows": by_step[step],
         }
 
     ckpts = spec.run_dir / rundir.CKPT_DIR
-    by_policy = {p: scored(ckpts / f"{p}.pt", p, recorder.best[p]) for p in policies}
+    curve = recorder.val_curve
+    by_policy = {
+        p: scored(ckpts / f"{p}.pt", p, select_step(curve, p), "from the validation curve")
+        for p in policies
+    }
     by_budget: dict[str, dict[str, Any]] = {}
-    last = recorder.val_curve[-1]["step"]
     for budget in s.budgets:
-        if budget > last:  # training ended (stopped early) before it: the run's own choices
-            by_budget[str(budget)] = by_policy
+        if budget > curve[-1]["step"]:  # training ended (stopped early) before it: the run's
+            by_budget[str(budget)] = by_policy  # own choices
             continue
-        within = [r for r in recorder.val_curve if r["step"] <= budget]
-        block = {}
-        for p in policies:
-            chosen = select_step(within, p)
-            block[p] = scored(budget_path(ckpts, p, budget), p, chosen)
-            if block[p]["step"] != chosen["step"]:
-                raise RuntimeError(
-                    f"{budget_path(ckpts, p, budget)} holds step {block[p]['step']}, but {p} "
-                    f"chose step {chosen['step']} within {budget} steps; rerun with force=true"
-                )
-        by_budget[str(budget)] = block
+        within = [r for r in curve if r["step"] <= budget]
+        by_budget[str(budget)] = {
+            p: scored(
+                budget_path(ckpts, p, budget), p, select_step(within, p), f"within {budget} steps"
+            )  # fmt: skip
+            for p in policies
+        }
     return by_policy, by_budget
 
 
 def assemble(
     spec,
-    recorder: ValidationAndCheckpoints,
+    recorder: RunRecord,
     by_policy: dict[str, dict[str, Any]],
     *,
     by_budget: dict[str, dict[str, Any]] | None = None,
@@ -124,7 +130,7 @@ def assemble(
     }
 
 
-def _timing(recorder: ValidationAndCheckpoints, fit_seconds: float) -> dict[str, Any]:
+def _timing(recorder: RunRecord, fit_seconds: float) -> dict[str, Any]:
     return {
         "sec_per_step": recorder.train_seconds / max(1, recorder.timed_steps),
         "train_seconds": recorder.train_seconds,
@@ -140,7 +146,7 @@ def _timing(recorder: ValidationAndCheckpoints, fit_seconds: float) -> dict[str,
     }
 
 
-def write_done(spec, step: int, recorder: ValidationAndCheckpoints, results: dict) -> None:
+def write_done(spec, step: int, recorder: RunRecord, results: dict) -> None:
     """results.json, then status.json ``done`` (results first: a done status always has them)."""
     rundir.atomic_write_json(spec.run_dir / rundir.RESULTS, results)
     rundir.write_status(

@@ -3,7 +3,8 @@ fail) around training and evaluation. The other concerns live next to it:
 
     spec.py           the config, validated, as a RunSpec (prepare, trainer_args)
     trainer_setup.py  threads, devices, loggers; the module, step paths and callbacks
-    callbacks.py      validation, checkpoint policies, progress, diagnostics
+    callbacks.py      the run's record of each validation, progress, diagnostics
+    checkpoints.py    checkpoint policies and early stopping (Lightning's own callbacks)
     results.py        evaluation of the policies and results.json
     slurm.py          what a run asks SLURM (requeued or cancelled, queue states)
 
@@ -26,19 +27,18 @@ from omegaconf import DictConfig
 
 from rlt import portable, rundir
 from rlt.training import hydra_env, identity, resume, slurm
-from rlt.training.callbacks import ValidationAndCheckpoints
+from rlt.training.callbacks import RunRecord
 from rlt.training.results import assemble, evaluate_policies, print_table, say, write_done
 from rlt.training.spec import ConfigError, RunSpec, check_writable_root, prepare
 from rlt.training.trainer_setup import (
     build_module,
     build_trainer,
     choose_step_paths,
-    extra_callbacks,
     log_results,
     make_loggers,
-    out_of_time,
     quiet_lightning,
     resolve_threads,
+    run_callbacks,
 )
 
 # The exit status of a run stopped from outside (SIGTERM, a requeue): as the signal's own.
@@ -345,6 +345,13 @@ def _check_checkpoint(path: Path) -> None:
             f"this run from scratch (finished results elsewhere are untouched), or rerun with "
             f"force=true."
         ) from e
+    if RunRecord.__qualname__ not in ckpt.get("callbacks", {}):
+        raise ConfigError(
+            f"cannot resume from {path}: an earlier rlt wrote it (before Lightning's "
+            "ModelCheckpoint kept the checkpoint policies), and this version cannot carry its "
+            "choices on. Finish the run with the rlt commit that started it, or rerun with "
+            "force=true to retrain it."
+        )
 
 
 def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]:
@@ -354,7 +361,7 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
 
     from rlt.tasks.data import TaskDataModule
 
-    s, run_dir = spec.settings, spec.run_dir
+    s = spec.settings
     quiet_lightning()
     torch.set_num_threads(resolve_threads(s))
     L.seed_everything(s.seed, workers=True, verbose=False)
@@ -367,27 +374,15 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
     )
     module = build_module(spec)
     step_paths = choose_step_paths(spec, module.model)
-    recorder = ValidationAndCheckpoints(
-        run_dir=run_dir,
-        val_every=s.val_every,
-        max_steps=s.max_steps,
-        policies=list(s.policies),
-        budgets=s.budgets,
-        train_log_every=s.log_every,
-        stop_at_val_acc=s.early_stop_acc,
-        stop_patience=s.early_stop_patience,
-        records_interval=spec.entry.feedback,
-    )
     live_bar = s.progress_bar and sys.stdout.isatty()
+    recorder, callbacks = run_callbacks(spec, dm, live_bar)
     resume_step = (
         int(torch.load(ckpt_path, map_location="cpu", weights_only=True)["global_step"])
         if ckpt_path
         else None
     )
     loggers = make_loggers(spec, resume_step)
-    trainer = build_trainer(
-        spec, [recorder, *extra_callbacks(spec, dm, recorder, live_bar)], loggers, live_bar
-    )
+    trainer = build_trainer(spec, callbacks, loggers, live_bar)
     fit_start = time.perf_counter()
     trainer.fit(
         module,
@@ -396,16 +391,16 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         weights_only=True,  # tensors and plain containers only: a shared run dir runs no code
     )
     short = trainer.global_step < s.max_steps and recorder.stopped_early is None
-    if trainer.interrupted or (short and (not s.extra_callbacks or out_of_time(trainer))):
+    if trainer.interrupted or short:
         raise RuntimeError(
             f"training stopped at step {trainer.global_step} of {s.max_steps} "
             "(interrupted); rerun the same command to resume from last.ckpt"
         )
-    if short:  # a callbacks.extra callback (e.g. Lightning's EarlyStopping) ended training
-        recorder.stopped_early = trainer.global_step
     if not recorder.val_curve or recorder.val_curve[-1]["step"] != trainer.global_step:
-        # the last step when max_steps is not a multiple of val_every: Lightning's loop again
-        trainer.validate(module, datamodule=dm, verbose=False)
+        raise RuntimeError(  # Lightning validates a stop and the last step: not expected
+            f"training ended at step {trainer.global_step} without validating it; rerun the "
+            "same command to resume from last.ckpt"
+        )
     fit_seconds = time.perf_counter() - fit_start
 
     by_policy, by_budget = evaluate_policies(spec, module.model, dm, recorder)
@@ -430,7 +425,7 @@ def _probe(spec: RunSpec, model: torch.nn.Module) -> dict[str, Any] | None:
     """``evaluate.probe``: the linear state probe of the selected (min_val_loss) checkpoint, or
     None where it is off or the task has no running target."""
     from rlt import state_probe as probe
-    from rlt.training.callbacks import load_weights, restore
+    from rlt.training.checkpoints import load_weights, restore
 
     setting = spec.settings.probe
     if setting in (False, "off") or (setting == "auto" and not probe.has_target(spec.task)):

@@ -17,9 +17,10 @@ from rlt.training.callbacks import (
     FeedbackDiagnostics,
     FeedbackScheduleCallback,
     PlainProgress,
-    ValidationAndCheckpoints,
+    RunRecord,
     step_progress_bar,
 )
+from rlt.training.checkpoints import StopAtValAcc, run_checkpoints
 from rlt.training.results import summary_by_length
 from rlt.training.settings import Settings
 from rlt.training.spec import RunSpec
@@ -179,6 +180,8 @@ def quiet_lightning() -> None:
         # Lightning's hint on any machine with SLURM installed, also for local runs; jobs of
         # hydra/launcher=slurm run under srun already.
         ".*The `srun` command is available on your system but is not used.*",
+        # the run's checkpoint files have fixed names, overwritten in place (a resume finds them)
+        ".*Checkpoint directory .* exists and is not empty.*",
     ):
         warnings.filterwarnings("ignore", message=message)
 
@@ -303,7 +306,6 @@ def build_trainer(spec: RunSpec, callbacks: list, loggers: list, live_bar: bool)
     from the config; Lightning's validation loop every ``scale.val_every`` steps, whose
     results the run's callbacks record, select on and checkpoint."""
     import lightning as L
-    from lightning.pytorch.callbacks import ModelCheckpoint
 
     s = spec.settings
     return L.Trainer(
@@ -320,9 +322,8 @@ def build_trainer(spec: RunSpec, callbacks: list, loggers: list, live_bar: bool)
         val_check_interval=s.val_every * spec.accumulate,
         check_val_every_n_epoch=None,
         num_sanity_val_steps=0,
-        # the run writes its own checkpoints (ValidationAndCheckpoints); Lightning's
-        # ModelCheckpoint only where the user adds one (callbacks.extra)
-        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
+        # the run's ModelCheckpoints are among the callbacks (rlt/training/checkpoints.py)
+        enable_checkpointing=True,
         enable_progress_bar=live_bar,
         enable_model_summary=False,
         logger=loggers or False,
@@ -363,13 +364,6 @@ def choose_step_paths(spec: RunSpec, model: torch.nn.Module) -> dict[str, dict[s
     }
 
 
-def out_of_time(trainer) -> bool:
-    """``trainer.args.max_time`` ran out: a stop to resume, not an early stop."""
-    from lightning.pytorch.callbacks import Timer
-
-    return any(isinstance(c, Timer) and c.time_remaining() <= 0 for c in trainer.callbacks)
-
-
 def build_module(spec: RunSpec):
     """The family's LightningModule with the run's model, optimizer and schedule."""
     from rlt.training.module import module_for
@@ -387,11 +381,27 @@ def build_module(spec: RunSpec):
     return module
 
 
-def extra_callbacks(spec: RunSpec, dm, recorder: ValidationAndCheckpoints, live_bar: bool) -> list:
-    """Diagnostics, the feedback schedule, the user's Lightning callbacks (callbacks.extra)
-    and progress output, as the config asks."""
+def run_callbacks(spec: RunSpec, dm, live_bar: bool) -> tuple[RunRecord, list]:
+    """The run's record of itself and every callback of its Trainer, in the order they run:
+    what may stop training (``callbacks.early_stop``, the user's ``callbacks.extra``) before
+    the record, so it sees a stop at the validation it follows; diagnostics, the feedback
+    schedule and progress output as the config asks; the checkpoints last."""
     s, run_dir = spec.settings, spec.run_dir
-    callbacks = []
+    stops = []
+    if s.early_stop_acc is not None:
+        stops.append(StopAtValAcc(s.early_stop_acc, s.early_stop_patience))
+    if s.extra_callbacks:
+        from hydra.utils import instantiate
+
+        stops += [instantiate(node) for node in s.extra_callbacks]
+    record = RunRecord(
+        run_dir=run_dir,
+        val_every=s.val_every,
+        max_steps=s.max_steps,
+        train_log_every=s.log_every,
+        records_interval=spec.entry.feedback,
+    )
+    callbacks = [*stops, record]
     if s.diagnostics_every and spec.entry.feedback:
 
         def diagnostic_batch():
@@ -400,20 +410,16 @@ def extra_callbacks(spec: RunSpec, dm, recorder: ValidationAndCheckpoints, live_
         callbacks.append(FeedbackDiagnostics(run_dir, diagnostic_batch, s.diagnostics_every))
     if spec.schedule is not None:
         callbacks.append(FeedbackScheduleCallback(spec.schedule))
-    if s.extra_callbacks:
-        from hydra.utils import instantiate
-
-        callbacks += [instantiate(node) for node in s.extra_callbacks]
     if live_bar:
         callbacks.append(step_progress_bar())
     elif s.progress_every:
         callbacks.append(
             PlainProgress(
                 cell=spec.identity["cell"],
-                recorder=recorder,
+                recorder=record,
                 log_path=run_dir / rundir.TRAIN_LOG,
                 every_steps=s.progress_every,
                 every_seconds=s.progress_seconds,
             )
         )
-    return callbacks
+    return record, callbacks + run_checkpoints(run_dir, s.policies, s.budgets)

@@ -145,7 +145,7 @@ class _Payload:
 def test_policy_file_with_a_pickle_payload_is_refused(tmp_path, monkeypatch):
     import torch
 
-    from rlt.training.callbacks import load_weights
+    from rlt.training.checkpoints import load_weights
 
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "min_val_loss.pt"

@@ -1,6 +1,6 @@
 import pytest
 
-from rlt.training.callbacks import select_step
+from rlt.training.checkpoints import select_step
 from rlt.training.schedule import FeedbackSchedule
 
 
