@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from rlt import rundir
+from rlt import families, rundir
 from rlt.training import optim
 
 # Keys (dotted prefixes) that never change a run's results.
@@ -67,13 +67,23 @@ def identity_view(config: dict[str, Any]) -> dict[str, Any]:
         view.pop("callbacks.extra", None)  # none (runs before the key existed had none)
     if view.get("callbacks.early_stop.val_acc") is None:
         view.pop("callbacks.early_stop.patience", None)  # inert without a threshold
-    if view.get("model.family", "rlt") != "rlt" and "split.n_enc" in view:
+    if _depth_only(view.get("model.family")) and "split.n_enc" in view:
         # A depth-only model (Transformer, LSTM, DeltaNet) reads the split's total alone: 1+1
         # and 2+0 are the same two-layer run, which a grid over splits trains once.
         total = (view.pop("split.n_enc") or 0) + (view.pop("split.n_dec", 0) or 0)
         view.pop("split.name", None)
         view["split.n_layers"] = total
     return view
+
+
+def _depth_only(family: Any) -> bool:
+    """Whether runs of ``model.family`` are built by depth alone, as its entry in
+    rlt/families.py says. A config without the key predates the other families (an RLT); a
+    family no entry knows (a plugin not loaded) is taken as depth-only, as it always was."""
+    if family is None:
+        return False
+    entry = families.find(family)
+    return entry.depth_only if entry is not None else True
 
 
 EARLY_STOP = "callbacks.early_stop."

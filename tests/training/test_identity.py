@@ -521,3 +521,23 @@ def test_the_documented_results_schema_is_what_a_run_writes(finished):
     assert all(f"`{key}`" in design for key in optional)
     assert set(written) - optional == top - optional
     assert set(written["run"]) - {"plugins"} == run_keys - {"plugins"}
+
+
+def test_only_a_depth_only_family_reads_the_split_as_its_total(monkeypatch):
+    """The family's entry decides (rlt/families.py ``depth_only``), not its name: a split
+    family of a plugin keeps 1+1 and 2+0 apart, as the RLT does, while the Transformer's
+    1+1 and 2+0 are one two-layer run."""
+    from rlt import families
+    from rlt.training.identity import identity_view
+
+    split = families.Family("split_plugin", "x:C", "x:M", False, (families.Variant("SP"),))
+    monkeypatch.setitem(families._TABLE, split.name, split)
+
+    def view(family, n_enc, n_dec):
+        split_node = {"name": f"{n_enc}+{n_dec}", "n_enc": n_enc, "n_dec": n_dec}
+        return identity_view({"model": {"family": family}, "split": split_node})
+
+    for family in ("rlt", "split_plugin"):
+        assert view(family, 1, 1) != view(family, 2, 0), family
+    assert view("transformer", 1, 1) == view("transformer", 2, 0)
+    assert view("transformer", 1, 1)["split.n_layers"] == 2
