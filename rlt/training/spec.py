@@ -60,7 +60,7 @@ def prepare(cfg: DictConfig, *, on_this_machine: bool = True, scoring: bool = Fa
         OmegaConf.resolve(cfg)
     except Exception as e:  # interpolation errors name the key already
         raise ConfigError(f"config does not resolve: {e}") from e
-    _check_numbers(cfg, stored=scoring)
+    schema.check(cfg, stored=scoring)
     _check_shapes(cfg)
     _check_paths(cfg)
     family, _, kwargs = model_config(cfg)
@@ -336,32 +336,6 @@ def _identity(cfg: DictConfig, family: str, run_dir: Path) -> dict[str, Any]:
     }
 
 
-# (key, kind, minimum, may be null): the numeric fields a run reads outside the groups of
-# rlt/training/schema.py (which holds scale, split, trainer and callbacks), checked alike.
-_NUMBERS = (
-    ("seed", int, 0, False),
-    ("task.data_seed", int, 0, False),
-    ("optim.weight_decay", float, 0, False),
-    ("optim.grad_clip", float, 0, True),
-)
-
-
-_TOP_LEVEL = {
-    "task", "model", "split", "scale", "trainer", "logger", "callbacks", "optim", "scheduler",
-    "seed",
-    "root", "sweep_name", "group", "cell", "out_dir", "resume", "force", "print_table",
-    "debug_flags", "evaluate", "plugins",
-}  # fmt: skip
-
-
-# Upper bounds (key, maximum, why) of numbers that would fail deep inside a run.
-_MAXIMA = (
-    ("seed", 2**32 - 1, "the seed of numpy's and torch's generators"),
-    ("scale.max_steps", 10**9, "a step count Lightning and the schedule can hold"),
-)
-PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "64")
-
-
 def _check_groups(cfg: DictConfig) -> None:
     """The config groups and trainer/optimizer values a run reads exist and make sense: each
     refused with one line naming the key and the fix, before anything is written."""
@@ -377,9 +351,10 @@ def _check_groups(cfg: DictConfig) -> None:
     if root.exists() and not root.is_dir():
         raise ConfigError(f"root={cfg.root} is a file, not a directory; use root=DIR")
     precision = str(cfg.trainer.precision)
-    if precision not in PRECISIONS:
+    if precision not in schema.PRECISIONS:
         raise ConfigError(
-            f"trainer.precision={precision!r} is not a precision; use one of {', '.join(PRECISIONS)}"
+            f"trainer.precision={precision!r} is not a precision; use one of "
+            f"{', '.join(schema.PRECISIONS)}"
         )
     devices = cfg.trainer.devices
     if devices != "auto" and (
@@ -421,36 +396,6 @@ def _check_groups(cfg: DictConfig) -> None:
             "'callbacks.extra=[{_target_: lightning.pytorch.callbacks.ModelCheckpoint, "
             "monitor: val/loss}]'"
         )
-
-
-def _check_numbers(cfg: DictConfig, *, stored: bool = False) -> None:
-    """No unknown top-level key (``+foo=1``) nor key of a schema group (``+scale.lrr=1``;
-    rlt/training/schema.py), and every numeric field has the right type and range, with a
-    message naming the key. ``stored``: see :func:`rlt.training.schema.check`."""
-    unknown = sorted(set(cfg.keys()) - _TOP_LEVEL)
-    if unknown:
-        raise ConfigError(
-            f"unknown config key(s) {unknown}; valid top-level keys: {sorted(_TOP_LEVEL)}"
-        )
-    schema.check(cfg, stored=stored)
-    for key, kind, minimum, nullable in _NUMBERS:
-        value = OmegaConf.select(cfg, key, default="<missing>")
-        if value == "<missing>":
-            raise ConfigError(f"{key} is missing from the config; add it (see conf/)")
-        schema.check_number(key, value, kind, minimum, nullable)
-    if cfg.scale.lr <= 0:
-        raise ConfigError(f"scale.lr must be > 0, got {cfg.scale.lr!r}")
-    if cfg.scale.min_lr > cfg.scale.lr:
-        raise ConfigError(
-            f"scale.min_lr ({cfg.scale.min_lr}) must not exceed scale.lr ({cfg.scale.lr})"
-        )
-    es = cfg.callbacks.early_stop.val_acc
-    if es is not None and es > 1:
-        raise ConfigError(f"callbacks.early_stop.val_acc is a fraction in [0, 1], got {es!r}")
-    for key, limit, why in _MAXIMA:
-        value = OmegaConf.select(cfg, key)
-        if isinstance(value, int | float) and value > limit:
-            raise ConfigError(f"{key} must be at most {limit:,}, got {value!r} ({why})")
 
 
 def _spread(values: list[int], k: int) -> list[int]:
