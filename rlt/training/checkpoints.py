@@ -194,6 +194,7 @@ class PolicyCheckpoint(_RunFile):
         save_weights(model, path, trainer.global_step, model.feedback_interval)
 
     def on_train_start(self, trainer, pl_module) -> None:
+        super().on_train_start(trainer, pl_module)
         if trainer.global_step == 0:  # a fresh start (a forced retrain among them)
             for kept in Path(self.dirpath).glob(f"{self.policy}@*.pt"):
                 kept.unlink()  # budget checkpoints of an earlier training: never this run's
