@@ -53,11 +53,11 @@ def model_config(cfg: DictConfig) -> tuple[str, type, dict[str, Any]]:
     family = model.get("family")
     if family not in FAMILIES:
         raise ConfigError(f"model.family {family!r} is unknown; expected one of {sorted(FAMILIES)}")
-    config_cls = FAMILIES[family]
+    entry, config_cls = families.get(family), FAMILIES[family]
     fields = {f.name for f in dataclasses.fields(config_cls)}
     settable = sorted(fields - set(_FROM_SCALE) - {"n_enc", "n_dec", "n_layers", "vocab_size"})
     # The baselines carry feedback_interval: null only so every model node has the same keys.
-    meta = MODEL_META if has_feedback(family) else (*MODEL_META, "feedback_interval")
+    meta = MODEL_META if entry.feedback else (*MODEL_META, "feedback_interval")
     given = {k: v for k, v in model.items() if k not in meta}
     unknown = sorted(set(given) - set(settable))
     if unknown:
@@ -75,7 +75,7 @@ def model_config(cfg: DictConfig) -> tuple[str, type, dict[str, Any]]:
         # A family whose token mixing has more or fewer parameters than attention (DeltaNet's
         # layer one d x d matrix more) gets the FFN width that matches the Transformer's blocks.
         kwargs["d_ff"] = matched_d_ff(scale.d_ff, kwargs)
-    kwargs.update(families.get(family).depth(split.n_enc, split.n_dec))
+    kwargs.update(entry.depth(split.n_enc, split.n_dec))
     try:
         config_cls(**kwargs)
     except (ValueError, TypeError) as e:

@@ -64,13 +64,14 @@ def prepare(cfg: DictConfig, *, on_this_machine: bool = True, scoring: bool = Fa
     _check_shapes(cfg)
     _check_paths(cfg)
     family, _, kwargs = model_config(cfg)
+    entry = families.get(family)  # what the run asks of its family, looked up once
     extra_trainer_args = trainer_args(cfg)
     if not scoring:
         _check_optim(cfg)
         _check_extra_callbacks(cfg)
     check_environment(cfg, cuda=on_this_machine)
-    schedule = _feedback_schedule(cfg, family)
-    _check_variant(cfg, family, schedule)
+    schedule = _feedback_schedule(cfg, entry)
+    _check_variant(cfg, entry, schedule)
     if schedule is not None:
         kwargs["feedback_interval"] = schedule.at(0)
     task = _task(cfg)
@@ -84,13 +85,13 @@ def prepare(cfg: DictConfig, *, on_this_machine: bool = True, scoring: bool = Fa
     return RunSpec(
         run_dir=run_dir,
         family=family,
-        entry=families.get(family),
+        entry=entry,
         model_kwargs=kwargs,
         task=task,
         test_lengths=[int(x) for x in lengths],
         accumulate=scale.global_batch // scale.micro_batch,
         schedule=schedule,
-        identity=_identity(cfg, family, run_dir),
+        identity=_identity(cfg, entry, run_dir),
         settings=settings_from(cfg, extra_trainer_args),
     )
 
@@ -197,13 +198,15 @@ def _check_budgets(budgets, scale, model) -> None:
             )
 
 
-def _check_variant(cfg: DictConfig, family: str, schedule: FeedbackSchedule | None) -> None:
+def _check_variant(
+    cfg: DictConfig, entry: families.Family, schedule: FeedbackSchedule | None
+) -> None:
     """The model's label names the variant its feedback interval trains: ``model=rlt1
     model.feedback_interval=4`` trains RLT-2 B=4 and would be stored and labelled RLT-1, so it
     is refused with the option to use. With a feedback schedule the label must name the
     schedule's chunk sizes (``RLT-2 B=8→4→1``, optionally followed by what else tells two
     schedules apart: ``RLT-2 B=4→1 at 75%``), whatever model.feedback_interval says."""
-    if not has_feedback(family):
+    if not entry.feedback:
         return
     model = cfg.model
     if schedule is not None:
@@ -274,12 +277,12 @@ def check_writable_root(path: Path) -> None:
         )
 
 
-def _feedback_schedule(cfg: DictConfig, family: str) -> FeedbackSchedule | None:
+def _feedback_schedule(cfg: DictConfig, entry: families.Family) -> FeedbackSchedule | None:
     """``model.feedback_schedule`` parsed and checked (None when there is none)."""
     model = cfg.model
     if not model.get("feedback_schedule"):
         return None
-    if not has_feedback(family) or model.feedback_interval is None:
+    if not entry.feedback or model.feedback_interval is None:
         raise ConfigError(
             "model.feedback_schedule needs an RLT model with feedback (model=rlt2 or rlt1)"
         )
@@ -311,7 +314,7 @@ def _task(cfg: DictConfig):
         raise ConfigError(f"task {cfg.task.name!r}: {e}") from e
 
 
-def _identity(cfg: DictConfig, family: str, run_dir: Path) -> dict[str, Any]:
+def _identity(cfg: DictConfig, entry: families.Family, run_dir: Path) -> dict[str, Any]:
     """The run's identity as results.json["run"] records it."""
     model, split = cfg.model, cfg.split
     return {
@@ -319,12 +322,12 @@ def _identity(cfg: DictConfig, family: str, run_dir: Path) -> dict[str, Any]:
         "task_kind": cfg.task.kind,
         "model": model.name,
         "label": model.label,
-        "family": family,
-        "split": families.get(family).split_name(split.name),
+        "family": entry.name,
+        "split": entry.split_name(split.name),
         "n_enc": split.n_enc,
         "n_dec": split.n_dec,
         "n_layers": split.n_enc + split.n_dec,
-        "feedback_interval": model.feedback_interval if has_feedback(family) else None,
+        "feedback_interval": model.feedback_interval if entry.feedback else None,
         "seed": cfg.seed,
         "data_seed": cfg.task.data_seed,
         "preset": cfg.scale.name,
