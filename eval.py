@@ -124,7 +124,6 @@ def merged(path: Path, stamp: dict, rows: list[dict], key: str = "rows") -> list
 
 def score(run_dir: Path, policy: str, overrides: list[str]) -> int:
     from rlt import rundir
-    from rlt.tasks.data import TaskDataModule
     from rlt.training.evaluate import evaluate_intervened, evaluate_lengths
     from rlt.training.kept import load_kept
 
@@ -147,13 +146,7 @@ def score(run_dir: Path, policy: str, overrides: list[str]) -> int:
         except intervene.InterventionError as e:
             raise Refused(str(e)) from e
     spec = kept.spec
-    dm = TaskDataModule(
-        task=spec.task,
-        micro_batch_size=spec.settings.micro_batch,
-        global_batch_size=spec.settings.global_batch,
-        max_steps=spec.settings.max_steps,
-        eval_batch_size=spec.settings.eval_batch,
-    )
+    dm = spec.datamodule()
     dropped = None if how is None else dropped_at(how, dm, spec.test_lengths)
     with_exact = "exact" in getattr(spec.task, "metrics", ())
     start = time.perf_counter()

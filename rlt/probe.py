@@ -25,7 +25,7 @@ def probe_run_dir(run_dir: Path, policy: str = "min_val_loss") -> dict[str, Any]
             f"task {kept.spec.task.name!r} has no running target (probe tasks: {REQUIRED})"
         )
     block = probe_model(
-        kept.model, kept.spec.task, kept.spec.test_lengths, n_test=kept.spec.settings.n_test
+        kept.model, kept.spec.task, kept.spec.test_lengths, n_test=kept.spec.settings.scale.n_test
     )
     return {"policy": policy, "step": kept.step, **block}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from rlt.training.settings import ConfigError
+from rlt.training.schema import ConfigError
 
 # trainer.compile: the compiled chunk step of RLT-1/RLT-2 (rlt.training.trainer_setup.resolve_compile)
 COMPILE_MODES = ("auto", "on", "off")

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from rlt import families
 from rlt.families import CONFIG_CLASSES
-from rlt.training.settings import ConfigError
+from rlt.training.schema import ConfigError
 
 # model.family -> its config dataclass, over the live table (plugins' families included).
 FAMILIES = CONFIG_CLASSES

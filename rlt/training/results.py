@@ -34,7 +34,7 @@ def evaluate_policies(
     of ``callbacks.budgets`` the same for the checkpoints kept at that step
     (``test_by_budget``; empty without budgets). A step's weights are scored once."""
     s = spec.settings
-    policies = [p for p in s.policies if p in POLICIES] or ["min_val_loss"]
+    policies = [p for p in s.callbacks.policies if p in POLICIES] or ["min_val_loss"]
     if "min_val_loss" not in policies:
         policies.insert(0, "min_val_loss")
     loaders = dm.test_dataloaders(spec.test_lengths)
@@ -71,7 +71,7 @@ def evaluate_policies(
         for p in policies
     }
     by_budget: dict[str, dict[str, Any]] = {}
-    for budget in s.budgets:
+    for budget in s.callbacks.budgets:
         if budget > curve[-1]["step"]:  # training ended (stopped early) before it: the run's
             by_budget[str(budget)] = by_policy  # own choices
             continue
@@ -105,7 +105,7 @@ def assemble(
         "params": n_params,
         # plugin tasks may add tokens: the embedding and the output layer grow with them
         "vocab_size": spec.task.vocab_size,
-        "max_steps": s.max_steps,
+        "max_steps": s.scale.max_steps,
         "train_lengths": list(spec.task.train_lengths),
         "test_lengths": spec.test_lengths,
         "chance": getattr(spec.task, "chance", None),
@@ -153,7 +153,7 @@ def write_done(spec, step: int, recorder: RunRecord, results: dict) -> None:
         spec.run_dir,
         "done",
         step=step,
-        max_steps=spec.settings.max_steps,
+        max_steps=spec.settings.scale.max_steps,
         best_val_acc=max(r["acc"] for r in recorder.val_curve),
         retrain=None,
     )

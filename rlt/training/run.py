@@ -359,22 +359,14 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
     results.json and the done status; returns the results."""
     import lightning as L
 
-    from rlt.tasks.data import TaskDataModule
-
     s = spec.settings
     quiet_lightning()
     torch.set_num_threads(resolve_threads(s))
     L.seed_everything(s.seed, workers=True, verbose=False)
-    dm = TaskDataModule(
-        task=spec.task,
-        micro_batch_size=s.micro_batch,
-        global_batch_size=s.global_batch,
-        max_steps=s.max_steps,
-        eval_batch_size=s.eval_batch,
-    )
+    dm = spec.datamodule()
     module = build_module(spec)
     step_paths = choose_step_paths(spec, module.model)
-    live_bar = s.progress_bar and sys.stdout.isatty()
+    live_bar = s.trainer.progress_bar and sys.stdout.isatty()
     recorder, callbacks = run_callbacks(spec, dm, live_bar)
     resume_step = (
         int(torch.load(ckpt_path, map_location="cpu", weights_only=True)["global_step"])
@@ -390,10 +382,10 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         ckpt_path=str(ckpt_path) if ckpt_path else None,
         weights_only=True,  # tensors and plain containers only: a shared run dir runs no code
     )
-    short = trainer.global_step < s.max_steps and recorder.stopped_early is None
+    short = trainer.global_step < s.scale.max_steps and recorder.stopped_early is None
     if trainer.interrupted or short:
         raise RuntimeError(
-            f"training stopped at step {trainer.global_step} of {s.max_steps} "
+            f"training stopped at step {trainer.global_step} of {s.scale.max_steps} "
             "(interrupted); rerun the same command to resume from last.ckpt"
         )
     if not recorder.val_curve or recorder.val_curve[-1]["step"] != trainer.global_step:
@@ -433,7 +425,9 @@ def _probe(spec: RunSpec, model: torch.nn.Module) -> dict[str, Any] | None:
     ckpt = load_weights(spec.run_dir / rundir.CKPT_DIR / "min_val_loss.pt")
     restore(model, ckpt, spec)  # as evaluated: the last training stage's chunk size
     start = time.perf_counter()
-    block = probe.probe_model(model, spec.task, spec.test_lengths, n_test=spec.settings.n_test)
+    block = probe.probe_model(
+        model, spec.task, spec.test_lengths, n_test=spec.settings.scale.n_test
+    )
     block = {"policy": "min_val_loss", "step": int(ckpt["step"]), **block}
     block["seconds"] = round(time.perf_counter() - start, 2)
     say(f"  state probe of the min_val_loss checkpoint ({block['seconds']:.1f} s):")

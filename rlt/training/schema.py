@@ -21,9 +21,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from rlt.training.settings import ConfigError
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; raised before any work starts."""
 
 
 def _number(
@@ -47,7 +49,7 @@ def _number(
 PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "64")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Scale:
     name: str = ""
     d_model: int = _number(int, 1)
@@ -68,21 +70,22 @@ class Scale:
     test_lengths_limit: int | None = _number(int, 1, nullable=True)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Split:
     name: str = ""
     n_enc: int = 0  # ranges: spec._check_shapes
     n_dec: int = 0
 
 
-@dataclass
+@dataclass(frozen=True)
 class Trainer:
     accelerator: str = "cpu"
     devices: Any = 1  # an integer or auto
     precision: Any = "32-true"
     threads: Any = "auto"  # auto or an integer
-    compile: Any = "auto"  # auto | on | off
-    native: Any = "auto"  # auto | on | off
+    # auto | on | off; a config written before the key existed ran without (off)
+    compile: Any = "off"
+    native: Any = "off"
     progress_bar: bool = True
     progress_every: int | None = _number(int, 1, nullable=True)
     progress_seconds: float = _number(float, 0)
@@ -90,13 +93,13 @@ class Trainer:
     args: dict = field(default_factory=dict)  # Lightning Trainer arguments: checked there
 
 
-@dataclass
+@dataclass(frozen=True)
 class EarlyStop:
     val_acc: float | None = _number(float, 0, nullable=True)
     patience: int = _number(int, 1)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Callbacks:
     policies: list = field(default_factory=list)
     budgets: list = field(default_factory=list)
@@ -148,6 +151,24 @@ OPEN_NUMBERS: dict[str, Any] = {
     "optim.grad_clip": _number(float, 0, nullable=True),
 }
 TOP_LEVEL = frozenset(f.name for f in dataclasses.fields(Run))
+
+
+def build(schema: type, node: DictConfig | None) -> Any:
+    """The schema's dataclass holding a checked group's values (containers as plain lists and
+    dicts, a group within the group as its own dataclass): what the run reads of the group
+    (``Settings.scale``, ``.trainer``, ``.callbacks``). A key the schema does not know (a
+    stored config of an older version) is left out; a missing one takes the field's default."""
+    values = {}
+    for f in dataclasses.fields(schema):
+        if node is None or f.name not in node:
+            continue
+        value = node[f.name]
+        if dataclasses.is_dataclass(f.default_factory) and isinstance(value, DictConfig):
+            value = build(f.default_factory, value)
+        elif isinstance(value, DictConfig | ListConfig):
+            value = OmegaConf.to_container(value, resolve=True)
+        values[f.name] = value
+    return schema(**values)
 
 
 def check(cfg: DictConfig, *, stored: bool = False) -> None:

@@ -7,53 +7,31 @@ and tested without Hydra, and a config key is read in one place (here).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-
-class ConfigError(ValueError):
-    """A configuration that cannot run; raised before any work starts."""
+from rlt.training import schema
+from rlt.training.schema import ConfigError
 
 
 @dataclass(frozen=True)
 class Settings:
     seed: int
-    # scale
-    d_model: int
-    max_steps: int
-    micro_batch: int
-    global_batch: int
-    eval_batch: int
-    val_every: int
-    n_test: int | None
+    # the schema's groups as the run reads them (rlt/training/schema.py): scale.max_steps,
+    # trainer.threads, callbacks.early_stop.val_acc, ... under the config's own names
+    scale: schema.Scale
+    trainer: schema.Trainer
+    callbacks: schema.Callbacks  # budgets sorted, without repeats
     # optimizer and schedule (conf/optim/, conf/scheduler/; rlt/training/optim.py)
-    lr: float
     optim: dict[str, Any]
     scheduler: dict[str, Any]
     grad_clip: float | None
-    # checkpoints, early stopping, diagnostics, failure injection (conf/callbacks/)
-    policies: list[str]
-    budgets: list[int]  # steps whose policy checkpoints are kept and scored (test_by_budget)
-    early_stop_acc: float | None
-    early_stop_patience: int
-    diagnostics_every: int | None
-    failure: dict[str, Any] | None
-    extra_callbacks: list[dict[str, Any]]  # the user's Lightning callbacks (_target_ nodes)
-    # trainer (conf/trainer/)
-    threads: Any
-    accelerator: str
-    devices: Any
-    precision: str
-    compile: Any
-    native: Any
-    trainer_args: dict[str, Any]
-    log_every: int
+    failure: dict[str, Any] | None  # callbacks.inject_failure, where it targets this cell
+    trainer_args: dict[str, Any]  # trainer.args, checked against lightning.Trainer
     overfit_batches: float
-    progress_bar: bool
-    progress_every: int | None
-    progress_seconds: float
     # outputs
     csv: bool
     wandb: dict[str, Any] | None
@@ -68,44 +46,30 @@ class Settings:
 
 
 def settings_from(cfg: DictConfig, trainer_args: dict[str, Any]) -> Settings:
-    """The run's settings from its validated, resolved config."""
-    scale, cb, tr = cfg.scale, cfg.callbacks, cfg.trainer
-    failure = OmegaConf.to_container(cb.inject_failure) if cb.inject_failure else None
+    """The run's settings from its validated, resolved config: the schema's groups built from
+    it (:func:`rlt.training.schema.build`), the rest read here."""
+    callbacks = schema.build(schema.Callbacks, cfg.callbacks)
+    callbacks = dataclasses.replace(
+        callbacks,
+        budgets=sorted({int(b) for b in callbacks.budgets or []}),
+        extra=list(callbacks.extra or []),
+        policies=list(callbacks.policies),
+    )
+    failure = callbacks.inject_failure or None
     if failure and failure.get("cell") not in (None, cfg.cell):
         failure = None  # the injected failure targets another cell of the sweep
     wandb = cfg.logger.get("wandb")
     return Settings(
         seed=cfg.seed,
-        d_model=scale.d_model,
-        max_steps=scale.max_steps,
-        micro_batch=scale.micro_batch,
-        global_batch=scale.global_batch,
-        eval_batch=scale.eval_batch,
-        val_every=scale.val_every,
-        n_test=scale.n_test,
-        lr=scale.lr,
+        scale=schema.build(schema.Scale, cfg.scale),
+        trainer=schema.build(schema.Trainer, cfg.trainer),
+        callbacks=callbacks,
         optim=OmegaConf.to_container(cfg.optim, resolve=True),
         scheduler=OmegaConf.to_container(cfg.scheduler, resolve=True),
         grad_clip=cfg.optim.grad_clip,
-        policies=list(cb.policies),
-        budgets=sorted({int(b) for b in cb.get("budgets") or []}),
-        early_stop_acc=cb.early_stop.val_acc,
-        early_stop_patience=cb.early_stop.patience,
-        diagnostics_every=cb.diagnostics_every,
         failure=failure,
-        extra_callbacks=OmegaConf.to_container(cb.extra, resolve=True) if cb.get("extra") else [],
-        threads=tr.threads,
-        accelerator=str(tr.accelerator),
-        devices=tr.devices,
-        precision=tr.precision,
-        compile=tr.get("compile", "off"),
-        native=tr.get("native", "off"),
         trainer_args=trainer_args,
-        log_every=tr.log_every_n_steps,
         overfit_batches=cfg.debug_flags.overfit_batches,
-        progress_bar=bool(tr.progress_bar),
-        progress_every=tr.progress_every,
-        progress_seconds=tr.progress_seconds,
         csv=bool(cfg.logger.csv),
         wandb=OmegaConf.to_container(wandb, resolve=True) if wandb else None,
         print_table=bool(cfg.print_table),

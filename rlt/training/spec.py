@@ -43,6 +43,20 @@ class RunSpec:
     identity: dict[str, Any]
     settings: Settings  # what the run reads of cfg from here on (rlt/training/settings.py)
 
+    def datamodule(self):
+        """The task's LightningDataModule at the run's batch sizes and step count (training
+        and eval.py read the same data)."""
+        from rlt.tasks.data import TaskDataModule
+
+        s = self.settings.scale
+        return TaskDataModule(
+            task=self.task,
+            micro_batch_size=s.micro_batch,
+            global_batch_size=s.global_batch,
+            max_steps=s.max_steps,
+            eval_batch_size=s.eval_batch,
+        )
+
 
 # --------------------------------------------------------------------------------------------
 # Validation

@@ -30,9 +30,9 @@ def resolve_threads(settings: Settings) -> int:
     """``trainer.threads``: an integer, or ``auto``: one thread for small models (width < 256,
     where intra-op threads cost more than they give, badly so on a busy machine), else the
     cores divided by the jobs a parallel launcher runs side by side."""
-    threads = settings.threads
+    threads = settings.trainer.threads
     if threads in (None, "auto"):
-        if settings.d_model < 256:
+        if settings.scale.d_model < 256:
             return 1
         n_jobs = 1
         with contextlib.suppress(Exception):
@@ -154,11 +154,11 @@ def _cores() -> int:
 def devices_for(settings: Settings):
     """Lightning's ``devices``: one GPU per job, chosen by the job number, when several GPUs
     are visible and the launcher runs jobs side by side (SLURM jobs see only their own)."""
-    if settings.accelerator != "gpu" or not torch.cuda.is_available():
-        return settings.devices
+    if settings.trainer.accelerator != "gpu" or not torch.cuda.is_available():
+        return settings.trainer.devices
     n = torch.cuda.device_count()
-    if n <= 1 or settings.devices != 1:
-        return settings.devices
+    if n <= 1 or settings.trainer.devices != 1:
+        return settings.trainer.devices
     job = 0
     with contextlib.suppress(Exception):
         from hydra.core.hydra_config import HydraConfig
@@ -310,16 +310,16 @@ def build_trainer(spec: RunSpec, callbacks: list, loggers: list, live_bar: bool)
     s = spec.settings
     return L.Trainer(
         **{"deterministic": False, **s.trainer_args},
-        accelerator=s.accelerator,
+        accelerator=s.trainer.accelerator,
         devices=devices_for(s),
-        precision=s.precision,
-        max_steps=s.max_steps,
+        precision=s.trainer.precision,
+        max_steps=s.scale.max_steps,
         accumulate_grad_batches=spec.accumulate,
         gradient_clip_val=s.grad_clip,
         gradient_clip_algorithm="norm",
         # Lightning's validation loop every val_every optimizer steps (counted in batches,
         # over the whole run: check_val_every_n_epoch=None); no sanity check before training
-        val_check_interval=s.val_every * spec.accumulate,
+        val_check_interval=s.scale.val_every * spec.accumulate,
         check_val_every_n_epoch=None,
         num_sanity_val_steps=0,
         # the run's ModelCheckpoints are among the callbacks (rlt/training/checkpoints.py)
@@ -328,7 +328,7 @@ def build_trainer(spec: RunSpec, callbacks: list, loggers: list, live_bar: bool)
         enable_model_summary=False,
         logger=loggers or False,
         callbacks=callbacks,
-        log_every_n_steps=s.log_every,
+        log_every_n_steps=s.trainer.log_every_n_steps,
         overfit_batches=s.overfit_batches,
         default_root_dir=str(spec.run_dir),
     )
@@ -343,12 +343,14 @@ def choose_step_paths(spec: RunSpec, model: torch.nn.Module) -> dict[str, dict[s
     """``trainer.compile`` and ``trainer.native`` resolved for this run and set on the model,
     each said on the console; returns their results.json records."""
     s, cell = spec.settings, spec.identity["cell"]
-    device_type = "cuda" if s.accelerator in ("gpu", "cuda") else "cpu"
-    compiled, compile_why = resolve_compile(s.compile, model, device_type)
+    device_type = "cuda" if s.trainer.accelerator in ("gpu", "cuda") else "cpu"
+    compiled, compile_why = resolve_compile(s.trainer.compile, model, device_type)
     model.compiled_step = compiled
     if compiled:
         print(f"[rlt] {cell}: compiled chunk step ({compile_why})", flush=True)
-    native, native_why = resolve_native(s.native, model, device_type, s.max_steps, compiled)
+    native, native_why = resolve_native(
+        s.trainer.native, model, device_type, s.scale.max_steps, compiled
+    )
     model.native_step = native
     if native:
         print(f"[rlt] {cell}: C++ token loop ({native_why})", flush=True)
@@ -373,8 +375,8 @@ def build_module(spec: RunSpec):
         model_cfg=spec.model_kwargs,
         optim_cfg=s.optim,
         scheduler_cfg=s.scheduler,
-        lr=s.lr,
-        max_steps=s.max_steps,
+        lr=s.scale.lr,
+        max_steps=s.scale.max_steps,
         failure=dict(s.failure) if s.failure else None,  # the module marks a sent SIGTERM
     )
     module.acc_mode = spec.task.acc_mode  # validation's accuracy, as the test lengths score it
@@ -388,38 +390,40 @@ def run_callbacks(spec: RunSpec, dm, live_bar: bool) -> tuple[RunRecord, list]:
     schedule and progress output as the config asks; the checkpoints last."""
     s, run_dir = spec.settings, spec.run_dir
     stops = []
-    if s.early_stop_acc is not None:
-        stops.append(StopAtValAcc(s.early_stop_acc, s.early_stop_patience))
-    if s.extra_callbacks:
+    if s.callbacks.early_stop.val_acc is not None:
+        stops.append(StopAtValAcc(s.callbacks.early_stop.val_acc, s.callbacks.early_stop.patience))
+    if s.callbacks.extra:
         from hydra.utils import instantiate
 
-        stops += [instantiate(node) for node in s.extra_callbacks]
+        stops += [instantiate(node) for node in s.callbacks.extra]
     record = RunRecord(
         run_dir=run_dir,
-        val_every=s.val_every,
-        max_steps=s.max_steps,
-        train_log_every=s.log_every,
+        val_every=s.scale.val_every,
+        max_steps=s.scale.max_steps,
+        train_log_every=s.trainer.log_every_n_steps,
         records_interval=spec.entry.feedback,
     )
     callbacks = [*stops, record]
-    if s.diagnostics_every and spec.entry.feedback:
+    if s.callbacks.diagnostics_every and spec.entry.feedback:
 
         def diagnostic_batch():
             return next(iter(dm.val_dataloader()))["tokens"][:64]
 
-        callbacks.append(FeedbackDiagnostics(run_dir, diagnostic_batch, s.diagnostics_every))
+        callbacks.append(
+            FeedbackDiagnostics(run_dir, diagnostic_batch, s.callbacks.diagnostics_every)
+        )
     if spec.schedule is not None:
         callbacks.append(FeedbackScheduleCallback(spec.schedule))
     if live_bar:
         callbacks.append(step_progress_bar())
-    elif s.progress_every:
+    elif s.trainer.progress_every:
         callbacks.append(
             PlainProgress(
                 cell=spec.identity["cell"],
                 recorder=record,
                 log_path=run_dir / rundir.TRAIN_LOG,
-                every_steps=s.progress_every,
-                every_seconds=s.progress_seconds,
+                every_steps=s.trainer.progress_every,
+                every_seconds=s.trainer.progress_seconds,
             )
         )
-    return record, callbacks + run_checkpoints(run_dir, s.policies, s.budgets)
+    return record, callbacks + run_checkpoints(run_dir, s.callbacks.policies, s.callbacks.budgets)

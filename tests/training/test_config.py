@@ -121,7 +121,7 @@ def test_a_stored_config_with_a_retired_key_still_scores():
     """Committed runs' configs hold callbacks.nan_guard, a key of an older version: scoring
     such a run (eval.py reads its config back) lets it through; a new run is refused."""
     cfg = compose_cfg(["experiment=tiny", "+callbacks.nan_guard=true"])
-    assert prepare(cfg.copy(), scoring=True).settings.max_steps == 4
+    assert prepare(cfg.copy(), scoring=True).settings.scale.max_steps == 4
     with pytest.raises(ConfigError, match="callbacks.nan_guard is not a key"):
         prepare(cfg)
 
