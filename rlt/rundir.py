@@ -27,6 +27,9 @@ split for the RLT family, ``L<n>`` for depth-only baselines) unless Hydra's ``hy
     .lock               held by the process training the run ("<pid> <host>")
 and a sweep directory holds grid.json (the cells a multirun expects; .grid.lock serialises
 launches merging into it) and .jobs/<launch>/.
+
+:class:`RunDir` is one run's directory as its run owns it (training, eval.py, the probe); the
+functions read many runs at once (``rlt.sweep status``, the analysis).
 """
 
 from __future__ import annotations
@@ -432,3 +435,56 @@ def lock_is_stale(lock: Path) -> bool:
     except PermissionError:
         return False
     return False
+
+
+class RunDir:
+    """One run's directory as its run owns it: where each file is, its lock, its status and
+    results, the weights file of each checkpoint policy, and the results a forced retrain
+    sets aside. (The functions above read many runs: sweeps, ``rlt.sweep status``, the
+    analysis.)"""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.results_file = self.path / RESULTS
+        self.status_file = self.path / STATUS
+        self.config_file = self.path / CONFIG
+        self.ckpt_dir = self.path / CKPT_DIR
+        self.last_ckpt = self.ckpt_dir / LAST_CKPT
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def status(self) -> dict | None:
+        """status.json, or None where it is missing or damaged."""
+        return read_json(self.status_file, corrupt_ok=True)
+
+    def results(self) -> dict | None:
+        """results.json, or None where it is missing or damaged."""
+        return read_json(self.results_file, corrupt_ok=True)
+
+    def set_status(self, state: str, **fields: Any) -> dict:
+        """:func:`write_status` of this run."""
+        return write_status(self.path, state, **fields)
+
+    def write_results(self, results: dict) -> None:
+        atomic_write_json(self.results_file, results)
+
+    def write_config(self, yaml_text: str) -> None:
+        atomic_write_text(self.config_file, yaml_text)
+
+    def lock(self):
+        """:func:`run_lock` of this run (a context manager yielding whether it was taken)."""
+        return run_lock(self.path)
+
+    def policy_file(self, policy: str, step: int | str | None = None) -> Path:
+        """``checkpoints/<policy>.pt``, or ``<policy>@<step>.pt``: its choice within a budget."""
+        return self.ckpt_dir / (f"{policy}.pt" if step is None else f"{policy}@{step}.pt")
+
+    def set_aside_results(self) -> None:
+        """A forced retrain first moves the old results.json to results.replaced.json (and what
+        eval.py and the probe scored of the old run to ``<name>.replaced.json``), so a retrain
+        stopped part-way never leaves the old results next to the new configuration."""
+        if self.results_file.exists():
+            os.replace(self.results_file, self.path / REPLACED_RESULTS)
+        for scored in scored_files(self.path):  # eval.py's and the probe's: of the old run
+            os.replace(scored, scored.with_name(scored.stem + REPLACED_SUFFIX))

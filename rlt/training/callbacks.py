@@ -42,7 +42,7 @@ class RunRecord(L.Callback):
         train_log_every: int = 10,
         records_interval: bool = False,
     ):
-        self.run_dir = Path(run_dir)
+        self.run = rundir.RunDir(run_dir)
         # the family has a feedback interval (rlt.families.Family.feedback): each validation row
         # records the B it was evaluated with
         self.records_interval = records_interval
@@ -91,9 +91,7 @@ class RunRecord(L.Callback):
         self._last_step = trainer.global_step
         if self.stopped_early is not None:
             trainer.should_stop = True  # resumed after early stopping: nothing left to train
-        rundir.write_status(
-            self.run_dir, "running", step=trainer.global_step, max_steps=self.max_steps
-        )
+        self.run.set_status("running", step=trainer.global_step, max_steps=self.max_steps)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._t0, self._c0 = time.perf_counter(), time.process_time()
@@ -145,8 +143,7 @@ class RunRecord(L.Callback):
             logger.log_metrics({f"val/{k}": v for k, v in metrics.items()}, step=step)
         if trainer.should_stop and step < self.max_steps and not out_of_time(trainer):
             self.stopped_early = step  # callbacks.early_stop, or a user's callback
-        rundir.write_status(
-            self.run_dir,
+        self.run.set_status(
             "running",
             step=step,
             max_steps=self.max_steps,

@@ -91,11 +91,6 @@ def save_weights(module: torch.nn.Module, path: Path, step: int, feedback_interv
     written(path, lambda tmp: torch.save(state, tmp))
 
 
-def budget_path(ckpt_dir: Path, policy: str, step: int) -> Path:
-    """Where ``policy``'s checkpoint as it stood at budget ``step`` is kept."""
-    return Path(ckpt_dir) / f"{policy}@{step}.pt"
-
-
 def load_weights(path: Path) -> dict[str, Any]:
     """A policy file written by :func:`save_weights`, loaded with ``weights_only=True``: tensors
     and plain values only, so a run directory from someone else cannot execute code."""
@@ -181,11 +176,12 @@ class PolicyCheckpoint(_RunFile):
 
     FILE_EXTENSION = ".pt"
 
-    def __init__(self, ckpt_dir: Path, policy: str, budgets=()):
+    def __init__(self, run: rundir.RunDir, policy: str, budgets=()):
         if policy not in POLICIES:
             raise ValueError(f"unknown checkpoint policy {policy!r}; expected one of {POLICIES}")
         monitor, mode = _MONITOR.get(policy, (None, "min"))
-        super().__init__(Path(ckpt_dir), policy, monitor, mode)
+        super().__init__(run.ckpt_dir, policy, monitor, mode)
+        self.run = run
         self.policy = policy
         self.budgets = set(budgets)
 
@@ -196,24 +192,23 @@ class PolicyCheckpoint(_RunFile):
     def on_train_start(self, trainer, pl_module) -> None:
         super().on_train_start(trainer, pl_module)
         if trainer.global_step == 0:  # a fresh start (a forced retrain among them)
-            for kept in Path(self.dirpath).glob(f"{self.policy}@*.pt"):
+            for kept in self.run.ckpt_dir.glob(self.run.policy_file(self.policy, "*").name):
                 kept.unlink()  # budget checkpoints of an earlier training: never this run's
 
     def on_validation_end(self, trainer, pl_module) -> None:
         super().on_validation_end(trainer, pl_module)
         step = trainer.global_step
         if step in self.budgets and trainer.state.fn == "fit" and not trainer.sanity_checking:
-            src = Path(self.dirpath) / f"{self.policy}.pt"
-            dest = budget_path(Path(self.dirpath), self.policy, step)
-            written(dest, lambda tmp: shutil.copyfile(src, tmp))
+            src = self.run.policy_file(self.policy)
+            written(self.run.policy_file(self.policy, step), lambda tmp: shutil.copyfile(src, tmp))
 
 
 class LastCheckpoint(_RunFile):
     """``checkpoints/last.ckpt``: the whole training state (weights, optimizer, loops, every
     callback's state) after each validation, for a rerun to resume from."""
 
-    def __init__(self, ckpt_dir: Path):
-        super().__init__(Path(ckpt_dir), Path(rundir.LAST_CKPT).stem)
+    def __init__(self, run: rundir.RunDir):
+        super().__init__(run.ckpt_dir, run.last_ckpt.stem)
 
     def _write(self, trainer, path: Path) -> None:
         written(path, trainer.save_checkpoint)
@@ -240,10 +235,7 @@ def run_checkpoints(run_dir: Path, policies, budgets=()) -> list[ModelCheckpoint
     """The run's checkpoint callbacks: one per policy (``final`` always: the latest weights;
     min_val_loss is always among ``policies``, the configuration requires it), then
     ``last.ckpt``; each listed policy keeps its budget copies."""
-    ckpt_dir = Path(run_dir) / rundir.CKPT_DIR
+    run = rundir.RunDir(run_dir)
     kept = [p for p in policies if p != "final"]
-    final = PolicyCheckpoint(ckpt_dir, "final", budgets if "final" in policies else ())
-    return [PolicyCheckpoint(ckpt_dir, p, budgets) for p in kept] + [
-        final,
-        LastCheckpoint(ckpt_dir),
-    ]
+    final = PolicyCheckpoint(run, "final", budgets if "final" in policies else ())
+    return [PolicyCheckpoint(run, p, budgets) for p in kept] + [final, LastCheckpoint(run)]

@@ -159,7 +159,7 @@ def stored_config(run_dir: Path) -> dict[str, Any] | None:
     """The resolved config saved in a run directory, or None if there is none. A file that is
     there but empty, truncated or not a mapping raises :class:`UnreadableConfig`: a run whose
     identity cannot be read must never be taken for the requested one."""
-    path = run_dir / rundir.CONFIG
+    path = rundir.RunDir(run_dir).config_file
     if not path.exists():
         return None
     try:
@@ -174,19 +174,20 @@ def stored_config(run_dir: Path) -> dict[str, Any] | None:
 def holds_training(run_dir: Path) -> bool:
     """Whether a run directory holds anything trained (results or a checkpoint) that a rerun
     could reuse; a directory without either never trained and may take any configuration."""
-    ckpts = run_dir / rundir.CKPT_DIR
-    return (run_dir / rundir.RESULTS).exists() or (
-        ckpts.is_dir() and any(p.suffix in (".ckpt", ".pt") for p in ckpts.iterdir())
+    run = rundir.RunDir(run_dir)
+    return run.results_file.exists() or (
+        run.ckpt_dir.is_dir() and any(p.suffix in (".ckpt", ".pt") for p in run.ckpt_dir.iterdir())
     )
 
 
 def trained_to_end(run_dir: Path) -> bool:
     """Whether the run in ``run_dir`` is done and trained its full step count (its early stop,
     if it had one, never fired)."""
-    results = rundir.read_json(run_dir / rundir.RESULTS, corrupt_ok=True)
+    run = rundir.RunDir(run_dir)
+    results = run.results()
     if not isinstance(results, dict) or results.get("stopped_early") is not None:
         return False
-    status = rundir.read_json(run_dir / rundir.STATUS, corrupt_ok=True) or {}
+    status = run.status() or {}
     return status.get("state") == "done" and status.get("step") == results.get("max_steps")
 
 

@@ -31,9 +31,10 @@ def require_finished(run_dir: Path) -> None:
         raise FileNotFoundError(
             f"{run_dir} is not a directory: give a run directory train.py wrote"
         )
-    status = rundir.read_json(run_dir / rundir.STATUS, corrupt_ok=True)
+    run = rundir.RunDir(run_dir)
+    status = run.status()
     state = (status or {}).get("state")
-    has_results = (run_dir / rundir.RESULTS).is_file()
+    has_results = run.results_file.is_file()
     if state != "done" or not has_results:
         at = f" at step {status.get('step')} of {status.get('max_steps')}" if status else ""
         raise ConfigError(
@@ -55,11 +56,10 @@ def load_kept(run_dir: str | Path, policy: str = "min_val_loss", overrides=()) -
             f"--policy {policy!r} is not a checkpoint policy; use one of {', '.join(rundir.POLICIES)}"
         )
     require_finished(run_dir)
-    results = rundir.read_json(run_dir / rundir.RESULTS, corrupt_ok=True) or {}
-    if (note := portable.scoring_note(results)) is not None:
+    run = rundir.RunDir(run_dir)
+    if (note := portable.scoring_note(run.results() or {})) is not None:
         print(f"note: {run_dir} {note}", file=sys.stderr)
-    config = run_dir / rundir.CONFIG
-    ckpt = run_dir / rundir.CKPT_DIR / f"{policy}.pt"
+    config, ckpt = run.config_file, run.policy_file(policy)
     for path, what in ((config, "its config.yaml"), (ckpt, f"the {policy} checkpoint")):
         if not path.is_file():
             raise FileNotFoundError(f"{run_dir} lacks {what} ({path}): score a run that kept it")
@@ -70,7 +70,7 @@ def load_kept(run_dir: str | Path, policy: str = "min_val_loss", overrides=()) -
     cfg: DictConfig = OmegaConf.create(identity.upgraded(stored))  # written by an older version?
     cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
     spec = prepare(cfg, on_this_machine=True, scoring=True)
-    status = rundir.read_json(run_dir / rundir.STATUS, corrupt_ok=True) or {}
+    status = run.status() or {}
     if (why := resume.tokens_mismatch(spec, status)) is not None:  # plugins renumbered them
         raise ConfigError(
             f"cannot score {run_dir}: {why}, so its embedding and output rows would stand for "

@@ -12,12 +12,11 @@ from typing import Any
 import torch
 
 import rlt
-from rlt import portable, rundir
+from rlt import portable
 from rlt.tasks import metrics as task_metrics
 from rlt.training.callbacks import RunRecord
 from rlt.training.checkpoints import (
     POLICIES,
-    budget_path,
     eval_interval,
     load_weights,
     restore,
@@ -64,10 +63,10 @@ def evaluate_policies(
             "rows": by_step[step],
         }
 
-    ckpts = spec.run_dir / rundir.CKPT_DIR
+    d = spec.dir
     curve = recorder.val_curve
     by_policy = {
-        p: scored(ckpts / f"{p}.pt", p, select_step(curve, p), "from the validation curve")
+        p: scored(d.policy_file(p), p, select_step(curve, p), "from the validation curve")
         for p in policies
     }
     by_budget: dict[str, dict[str, Any]] = {}
@@ -78,7 +77,7 @@ def evaluate_policies(
         within = [r for r in curve if r["step"] <= budget]
         by_budget[str(budget)] = {
             p: scored(
-                budget_path(ckpts, p, budget), p, select_step(within, p), f"within {budget} steps"
+                d.policy_file(p, budget), p, select_step(within, p), f"within {budget} steps"
             )  # fmt: skip
             for p in policies
         }
@@ -148,9 +147,8 @@ def _timing(recorder: RunRecord, fit_seconds: float) -> dict[str, Any]:
 
 def write_done(spec, step: int, recorder: RunRecord, results: dict) -> None:
     """results.json, then status.json ``done`` (results first: a done status always has them)."""
-    rundir.atomic_write_json(spec.run_dir / rundir.RESULTS, results)
-    rundir.write_status(
-        spec.run_dir,
+    spec.dir.write_results(results)
+    spec.dir.set_status(
         "done",
         step=step,
         max_steps=spec.settings.scale.max_steps,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlt import portable, rundir
+from rlt import portable
 from rlt.tasks import vocab
 from rlt.training import identity
 from rlt.training.spec import ConfigError, RunSpec
@@ -18,13 +18,13 @@ def _resuming(spec: RunSpec) -> dict[str, Any] | None:
     checkpoint, a status that does not parse (what it started with is not known), or a finished
     run (done, with readable results: it is skipped and its checkpoint never loaded). The one
     rule of both resume checks below."""
-    if not (spec.run_dir / rundir.CKPT_DIR / rundir.LAST_CKPT).exists():
+    d = spec.dir
+    if not d.last_ckpt.exists():
         return None
-    status = rundir.read_json(spec.run_dir / rundir.STATUS, corrupt_ok=True)
+    status = d.status()
     if status is None:
         return None
-    results = spec.run_dir / rundir.RESULTS
-    if status.get("state") == "done" and rundir.read_json(results, corrupt_ok=True) is not None:
+    if status.get("state") == "done" and d.results() is not None:
         return None
     return status
 

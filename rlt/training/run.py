@@ -50,47 +50,45 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
     state is one of done / skipped / resumed / failed / interrupted / busy (a run SLURM
     requeued leaves with SystemExit, see :func:`_stopped`)."""
     spec = check(cfg)
-    run_dir = spec.run_dir
+    run_dir, d = spec.run_dir, spec.dir
     cell = spec.identity["cell"]
-    results_path = run_dir / rundir.RESULTS
     s = spec.settings
     if _finished(spec):
-        say(f"[skipped] {cell}: already done; results in {results_path} (force=true retrains)")
+        say(f"[skipped] {cell}: already done; results in {d.results_file} (force=true retrains)")
         if s.print_table and not hydra_env.is_multirun():
             with contextlib.suppress(Exception):
-                print_table(rundir.read_json(results_path))
+                print_table(d.results())
         return {"state": "skipped", "run_dir": str(run_dir)}
 
     _check_writable(run_dir)
-    with rundir.run_lock(run_dir) as acquired:
+    with d.lock() as acquired:
         if not acquired:
             say(f"[busy] {cell}: another process is training this run ({run_dir / '.lock'})")
             return {"state": "busy", "run_dir": str(run_dir)}
-        last = run_dir / rundir.CKPT_DIR / rundir.LAST_CKPT
-        continuing = s.force and _continues_retrain(spec, last)
+        last = d.last_ckpt
+        continuing = s.force and _continues_retrain(spec)
         resuming = s.resume and last.exists() and (not s.force or continuing)
         if s.force and not continuing:
-            _set_aside_results(run_dir)
+            d.set_aside_results()
             last.unlink(missing_ok=True)
         if resuming:
             _check_checkpoint(last)
-        rundir.atomic_write_text(run_dir / rundir.CONFIG, s.config_yaml)
+        d.write_config(s.config_yaml)
         hydra_env.save_hydra_files(s.unresolved_yaml, run_dir)
         if s.force:
             # Marks a forced retrain in progress: stopped, the same command resumes it. A new
             # retrain starts without the stops of the training it replaces.
             fresh = {} if continuing else {"stops": []}
-            rundir.write_status(run_dir, "running", retrain=True, **fresh)
+            d.set_status("running", retrain=True, **fresh)
         if not resuming:  # a run resumes in the arithmetic and with the token ids it started in
-            rundir.write_status(
-                run_dir,
+            d.set_status(
                 "running",
                 portable=portable.active(),
                 arithmetic=portable.variables(),
                 added_tokens=resume.added_tokens(spec),
             )
         if (job := slurm.job_info()) is not None:
-            rundir.write_status(run_dir, "running", slurm=job)
+            d.set_status("running", slurm=job)
         try:
             result = _train_and_evaluate(spec, last if resuming else None)
         except BaseException as e:
@@ -99,7 +97,7 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
                 return _stopped(spec, stop, e, raise_on_failure)
             return _failed(spec, e, raise_on_failure)
     state = "resumed" if resuming else "done"
-    say(f"[{state}] {cell}: results in {results_path}")
+    say(f"[{state}] {cell}: results in {d.results_file}")
     return {"state": state, "run_dir": str(run_dir), "results": result}
 
 
@@ -127,20 +125,19 @@ def _finished(spec: RunSpec) -> bool:
     """Whether the run is done and its results readable (then it is skipped). A done run whose
     results.json does not parse is evaluated again from its checkpoints ("[repair]"); a run
     whose status.json is damaged but whose results.json is complete gets its status back."""
-    results_path = spec.run_dir / rundir.RESULTS
-    status_path = spec.run_dir / rundir.STATUS
-    status = rundir.read_json(status_path, corrupt_ok=True)
-    if status is None and status_path.exists() and not spec.settings.force:
-        results = rundir.read_json(results_path, corrupt_ok=True)
+    d = spec.dir
+    status = d.status()
+    if status is None and d.status_file.exists() and not spec.settings.force:
+        results = d.results()
         curve = (results or {}).get("val_curve") or []
         if curve and all(isinstance(r, dict) and {"step", "acc"} <= set(r) for r in curve):
             _restore_done_status(spec, results)
             return True
     status = status or {}
-    finished = results_path.exists() and status.get("state") == "done" and not spec.settings.force
-    if finished and rundir.read_json(results_path, corrupt_ok=True) is None:
+    finished = d.results_file.exists() and status.get("state") == "done" and not spec.settings.force
+    if finished and d.results() is None:
         say(
-            f"[repair] {spec.identity['cell']}: {results_path} is unreadable; evaluating the "
+            f"[repair] {spec.identity['cell']}: {d.results_file} is unreadable; evaluating the "
             "finished run again from its checkpoints"
         )
         return False
@@ -155,8 +152,7 @@ def _restore_done_status(spec: RunSpec, results: dict[str, Any]) -> None:
         f"[repair] {spec.identity['cell']}: {rundir.STATUS} was unreadable; results.json is "
         "complete, so the status is restored as done"
     )
-    rundir.write_status(
-        spec.run_dir,
+    spec.dir.set_status(
         "done",
         step=curve[-1]["step"],
         max_steps=results.get("max_steps"),
@@ -165,17 +161,19 @@ def _restore_done_status(spec: RunSpec, results: dict[str, Any]) -> None:
     )
 
 
-def _continues_retrain(spec: RunSpec, last: Path) -> bool:
+def _continues_retrain(spec: RunSpec) -> bool:
     """Whether ``force=true`` meets its own retrain, stopped part-way (status ``retrain``, no
     results yet, this configuration stored): then it resumes instead of starting again."""
-    status = rundir.read_json(spec.run_dir / rundir.STATUS, corrupt_ok=True) or {}
+    d = spec.dir
+    last = d.last_ckpt
+    status = d.status() or {}
     if not status.get("retrain") or status.get("state") in ("done", "failed"):
         return False  # a failed retrain starts again from scratch under force=true
     if portable.resume_mismatch(status.get("portable"), status.get("arithmetic")) is not None:
         return False  # begun in the other CPU arithmetic: force=true starts it anew
     if resume.tokens_mismatch(spec, status) is not None:
         return False  # begun with other token ids (another plugin set): started anew too
-    if not last.exists() or (spec.run_dir / rundir.RESULTS).exists():
+    if not last.exists() or d.results_file.exists():
         return False
     try:
         _check_checkpoint(last)
@@ -187,17 +185,6 @@ def _continues_retrain(spec: RunSpec, last: Path) -> bool:
         return False
     requested = spec.settings.resolved
     return stored is not None and not identity.config_differences(stored, requested)
-
-
-def _set_aside_results(run_dir: Path) -> None:
-    """A forced retrain first moves the old results.json to results.replaced.json (and what
-    eval.py and the probe scored of the old run to ``<name>.replaced.json``), so a retrain
-    stopped part-way never leaves the old results next to the new configuration."""
-    results = run_dir / rundir.RESULTS
-    if results.exists():
-        os.replace(results, run_dir / rundir.REPLACED_RESULTS)
-    for scored in rundir.scored_files(run_dir):  # eval.py's and the probe's: of the old run
-        os.replace(scored, scored.with_name(scored.stem + rundir.REPLACED_SUFFIX))
 
 
 def _check_writable(run_dir: Path) -> None:
@@ -216,10 +203,10 @@ def _check_writable(run_dir: Path) -> None:
 def _failed(spec: RunSpec, e: BaseException, raise_on_failure: bool) -> dict[str, Any]:
     """Record a run that raised as failed (error and traceback in status.json); re-raise
     unless the caller collects failures (a grid)."""
-    where = f"traceback in {spec.run_dir / rundir.STATUS}"
+    d = spec.dir
+    where = f"traceback in {d.status_file}"
     try:
-        rundir.write_status(
-            spec.run_dir,
+        d.set_status(
             "failed",
             error=f"{type(e).__name__}: {e}",
             traceback=traceback.format_exc(),
@@ -227,7 +214,7 @@ def _failed(spec: RunSpec, e: BaseException, raise_on_failure: bool) -> dict[str
     except OSError as status_error:  # a full disk may refuse the status too: keep it short
         where = f"status.json not written either: {status_error.strerror}"
         with contextlib.suppress(OSError):
-            (spec.run_dir / rundir.STATUS).write_text('{"state": "failed"}')
+            d.status_file.write_text('{"state": "failed"}')
     say(f"[failed] {spec.identity['cell']}: {type(e).__name__}: {e} ({where})")
     if raise_on_failure or isinstance(e, KeyboardInterrupt):
         raise e
@@ -253,7 +240,7 @@ def _stopped(spec: RunSpec, state: str, e: BaseException, raise_on_failure: bool
     status names the stop while the run stays stopped; ``stops`` keeps every stop after the
     run resumes and finishes (:func:`rlt.rundir.write_status`)."""
     cell = spec.identity["cell"]
-    status = rundir.write_status(spec.run_dir, state, stopped_by=type(e).__name__)
+    status = spec.dir.set_status(state, stopped_by=type(e).__name__)
     step = status.get("step")
     at = f" at step {step}" if step is not None else ""
     if state == "requeued":
@@ -422,7 +409,7 @@ def _probe(spec: RunSpec, model: torch.nn.Module) -> dict[str, Any] | None:
     setting = spec.settings.probe
     if setting in (False, "off") or (setting == "auto" and not probe.has_target(spec.task)):
         return None
-    ckpt = load_weights(spec.run_dir / rundir.CKPT_DIR / "min_val_loss.pt")
+    ckpt = load_weights(spec.dir.policy_file("min_val_loss"))
     restore(model, ckpt, spec)  # as evaluated: the last training stage's chunk size
     start = time.perf_counter()
     block = probe.probe_model(

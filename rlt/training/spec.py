@@ -43,6 +43,11 @@ class RunSpec:
     identity: dict[str, Any]
     settings: Settings  # what the run reads of cfg from here on (rlt/training/settings.py)
 
+    @property
+    def dir(self) -> rundir.RunDir:
+        """The run directory as the run owns it: its files, lock, status and results."""
+        return rundir.RunDir(self.run_dir)
+
     def datamodule(self):
         """The task's LightningDataModule at the run's batch sizes and step count (training
         and eval.py read the same data)."""

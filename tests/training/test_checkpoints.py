@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from rlt import rundir
+from rlt.rundir import RunDir
 from rlt.training.checkpoints import PolicyCheckpoint, select_step
 from rlt.training.run import run
 from rlt.training.spec import ConfigError
@@ -63,7 +64,7 @@ def test_a_resumed_choice_stands_where_the_run_directory_moved(tmp_path):
     """Lightning's ModelCheckpoint forgets its best score when the directory in last.ckpt is
     not its own; the run's policies keep it, so a run moved between a stop and its resume
     still selects from every validation."""
-    old, new = tmp_path / "old" / "checkpoints", tmp_path / "new" / "checkpoints"
+    old, new = RunDir(tmp_path / "old"), RunDir(tmp_path / "new")
     before = PolicyCheckpoint(old, "min_val_loss")
     best = str(Path(before.dirpath) / "min_val_loss.pt")
     state = {
