@@ -32,8 +32,9 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from rlt import rundir
 
 POLICIES = rundir.POLICIES
-# what each policy monitors in trainer.callback_metrics, and which way is better
-_MONITOR = {"min_val_loss": ("val/loss", "min"), "max_val_acc": ("val/acc", "max")}
+# the validation metric each policy selects on (``val/<metric>`` in trainer.callback_metrics),
+# and which way is better
+_MONITOR = {"min_val_loss": ("loss", "min"), "max_val_acc": ("acc", "max")}
 
 
 def select_step(curve: list[dict[str, float]], policy: str) -> dict[str, float]:
@@ -49,11 +50,11 @@ def select_step(curve: list[dict[str, float]], policy: str) -> dict[str, float]:
         return curve[-1]
     if policy not in _MONITOR:
         raise ValueError(f"unknown checkpoint policy {policy!r}; expected one of {POLICIES}")
-    key, mode = _MONITOR[policy]
+    metric, mode = _MONITOR[policy]
     sign = 1.0 if mode == "min" else -1.0
 
     def score(row: dict[str, float]) -> float:
-        return math.inf if math.isnan(row[key[4:]]) else sign * row[key[4:]]
+        return math.inf if math.isnan(row[metric]) else sign * row[metric]
 
     best = curve[0]
     for row in curve[1:]:
@@ -124,9 +125,11 @@ class _RunFile(ModelCheckpoint):
     """A ModelCheckpoint writing one fixed file of the run directory's ``checkpoints/``,
     atomically, that resumes its choice wherever the run directory has moved since."""
 
-    def __init__(self, ckpt_dir: Path, name: str, monitor: str | None = None, mode: str = "min"):
+    def __init__(
+        self, run: rundir.RunDir, name: str, monitor: str | None = None, mode: str = "min"
+    ):
         super().__init__(
-            dirpath=ckpt_dir,
+            dirpath=run.ckpt_dir,
             filename=name,
             monitor=monitor,
             mode=mode,
@@ -135,7 +138,7 @@ class _RunFile(ModelCheckpoint):
             enable_version_counter=False,
             save_on_train_epoch_end=False,
         )
-        self.name = name
+        self.run, self.name = run, name
 
     @property
     def state_key(self) -> str:
@@ -179,9 +182,8 @@ class PolicyCheckpoint(_RunFile):
     def __init__(self, run: rundir.RunDir, policy: str, budgets=()):
         if policy not in POLICIES:
             raise ValueError(f"unknown checkpoint policy {policy!r}; expected one of {POLICIES}")
-        monitor, mode = _MONITOR.get(policy, (None, "min"))
-        super().__init__(run.ckpt_dir, policy, monitor, mode)
-        self.run = run
+        metric, mode = _MONITOR.get(policy, (None, "min"))
+        super().__init__(run, policy, metric and f"val/{metric}", mode)
         self.policy = policy
         self.budgets = set(budgets)
 
@@ -208,7 +210,7 @@ class LastCheckpoint(_RunFile):
     callback's state) after each validation, for a rerun to resume from."""
 
     def __init__(self, run: rundir.RunDir):
-        super().__init__(run.ckpt_dir, run.last_ckpt.stem)
+        super().__init__(run, run.last_ckpt.stem)
 
     def _write(self, trainer, path: Path) -> None:
         written(path, trainer.save_checkpoint)
