@@ -34,14 +34,12 @@ functions read many runs at once (``rlt.sweep status``, the analysis).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
-import platform
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +50,14 @@ from rlt.atomic import (  # noqa: F401 - rundir.<name>, as every caller spells t
     atomic_write_json,
     atomic_write_text,
 )
+from rlt.locks import (  # noqa: F401 - rundir.<name>, as every caller spells them
+    LOCK,
+    SWEEP_LOCK,
+    live_state,
+    lock_is_stale,
+    run_lock,
+    sweep_lock,
+)
 
 RESULTS = "results.json"
 REPLACED_RESULTS = "results.replaced.json"  # a forced retrain's predecessor, set aside
@@ -61,7 +67,6 @@ DIAGNOSTICS = "diagnostics.json"
 TRAIN_LOG = "train.log"
 CKPT_DIR = "checkpoints"
 LAST_CKPT = "last.ckpt"
-LOCK = ".lock"
 GRID = "grid.json"
 GRID_FILES = (GRID, "sweep.json")  # sweep.json: the grid file of early versions
 JOBS_DIR = ".jobs"
@@ -291,150 +296,21 @@ def write_status(run_dir: str | Path, state: str, **fields: Any) -> dict:
     return status
 
 
-SWEEP_LOCK = ".grid.lock"
+@dataclass(frozen=True)
+class Snapshot:
+    """What a run directory holds, read at once: what decides whether a run is skipped,
+    repaired, refused, resumed or started (rlt/training/lifecycle.py)."""
 
+    status: dict | None  # status.json; None where missing or damaged
+    status_damaged: bool  # status.json is there but does not parse
+    results: dict | None  # results.json; None where missing or damaged
+    has_results: bool  # results.json is there (readable or not)
+    has_last: bool  # checkpoints/last.ckpt: a stopped run resumes from it
+    trained: bool  # results or any checkpoint: something a rerun could reuse
 
-@contextlib.contextmanager
-def sweep_lock(sweep_dir: str | Path, wait_s: float = 120.0):
-    """Hold ``sweep_dir/.grid.lock`` while a launch merges its cells into grid.json, so two
-    launches into one sweep at once both keep theirs. An OS lock (flock) the kernel drops when
-    its holder dies; the file stays (empty) and is never the lock itself. Waits for another
-    launch at most ``wait_s`` seconds (a merge takes milliseconds), then names the file. Where
-    the file system has no flock, the merge goes ahead unlocked, as before."""
-    path = Path(sweep_dir) / SWEEP_LOCK
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:  # 0o666 less the umask, as every file of a run: collaborators launch into it too
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except PermissionError:  # another user's lock file: flock works on a read-only descriptor
-        fd = os.open(path, os.O_RDONLY)
-    try:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"another launch into this sweep (a live process: the kernel frees the "
-                        f"lock of a dead one) has held {path} for over {wait_s:g} s; let it "
-                        "finish starting, or stop it, and launch again"
-                    ) from None
-                time.sleep(0.05)
-            except OSError:  # no flock on this file system
-                break
-        yield
-    finally:
-        os.close(fd)  # drops the flock
-
-
-@contextlib.contextmanager
-def run_lock(run_dir: str | Path):
-    """Hold ``run_dir/.lock`` exclusively while training; yields whether this process got it.
-
-    An OS lock (flock) on the file: exclusive between processes, and the kernel drops it when
-    its holder dies, so a killed run's leftover file never blocks the next one and no process
-    ever deletes another's lock. The holder writes "<pid> <host>" into the file for readers
-    (``rlt.sweep status``); it unlinks the file while still holding it, and a taker that finds
-    it locked a file already unlinked tries again. Where the file system has no flock (some
-    cluster file systems), an exclusive create of a file that already holds the owner."""
-    path = Path(run_dir) / LOCK
-    owner = f"{os.getpid()} {platform.node()}".encode()
-    for _ in range(100):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            yield False
-            return
-        except OSError:  # no flock here
-            os.close(fd)
-            with _exclusive_create(path, owner) as got:
-                yield got
-            return
-        try:
-            current = os.stat(path).st_ino
-        except FileNotFoundError:
-            current = None
-        if current != os.fstat(fd).st_ino:  # released and unlinked between open and flock
-            os.close(fd)
-            continue
-        try:
-            os.ftruncate(fd, 0)
-            os.write(fd, owner)
-            yield True
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            os.close(fd)  # drops the flock
-        return
-    raise RuntimeError(f"could not take {path}: it kept changing under this process")
-
-
-@contextlib.contextmanager
-def _exclusive_create(path: Path, owner: bytes):
-    """The lock without flock: a file written in full under a private name, then linked to
-    ``path`` (atomic, fails if it exists), so nobody ever sees it empty. A lock whose owner is
-    dead on this host is broken by renaming it to a private name first (only one taker wins)."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{time.monotonic_ns()}")
-    tmp.write_bytes(owner)
-    got = False
-    try:
-        for _ in range(2):
-            try:
-                os.link(tmp, path)
-                got = True
-                break
-            except FileExistsError:
-                if not lock_is_stale(path):
-                    break
-                grave = path.with_name(f"{path.name}.dead.{os.getpid()}")
-                with contextlib.suppress(FileNotFoundError):
-                    os.rename(path, grave)
-                    if not lock_is_stale(grave):  # a live owner's fresh lock: give it back
-                        with contextlib.suppress(FileExistsError):
-                            os.link(grave, path)
-                    grave.unlink()
-    finally:
-        tmp.unlink(missing_ok=True)
-    try:
-        yield got
-    finally:
-        if got:
-            path.unlink(missing_ok=True)
-
-
-def live_state(run_dir: str | Path, state: str | None) -> str | None:
-    """A status file's state as readers report it: "running" only while a live process holds
-    the run's lock, else "interrupted" (killed; the same command resumes it). One rule for
-    ``rlt.sweep status`` and the analysis tables."""
-    lock = Path(run_dir) / LOCK
-    if state == "running" and (not lock.exists() or lock_is_stale(lock)):
-        return "interrupted"
-    return state
-
-
-def lock_is_stale(lock: Path) -> bool:
-    """Whether a run's ``.lock`` names a process that no longer runs (on this host; another
-    host's lock, e.g. a SLURM job elsewhere, is trusted)."""
-    try:
-        text = Path(lock).read_text()
-        if not text and time.time() - Path(lock).stat().st_mtime < 10:
-            return False  # just taken: its owner writes itself in next
-        pid_s, host = text.split(maxsplit=1)
-        pid = int(pid_s)
-    except (OSError, ValueError):
-        return True
-    if host != platform.node():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    @property
+    def state(self) -> str | None:
+        return (self.status or {}).get("state")
 
 
 class RunDir:
@@ -461,6 +337,21 @@ class RunDir:
     def results(self) -> dict | None:
         """results.json, or None where it is missing or damaged."""
         return read_json(self.results_file, corrupt_ok=True)
+
+    def snapshot(self) -> Snapshot:
+        """The directory's :class:`Snapshot`."""
+        status, has_results = self.status(), self.results_file.exists()
+        weights = self.ckpt_dir.is_dir() and any(
+            p.suffix in (".ckpt", ".pt") for p in self.ckpt_dir.iterdir()
+        )
+        return Snapshot(
+            status=status,
+            status_damaged=status is None and self.status_file.exists(),
+            results=self.results() if has_results else None,
+            has_results=has_results,
+            has_last=self.last_ckpt.exists(),
+            trained=has_results or weights,
+        )
 
     def set_status(self, state: str, **fields: Any) -> dict:
         """:func:`write_status` of this run."""

@@ -83,7 +83,7 @@ _REQUIRED_GROUPS = ("task", "model", "split", "scale", "trainer", "optim", "call
 def precheck(argv: list[str]) -> None:
     """Check every cell a ``train.py`` command would run before Hydra creates any directory:
     the model keys (:func:`precheck_overrides`), then each job's composed config through
-    :func:`rlt.training.run.check` (values, names that stay under root, label, environment,
+    :func:`rlt.training.lifecycle.check` (values, names that stay under root, label, environment,
     the identity of a finished run). A refused cell prints one line per refused cell naming
     the fix and exits with status 2; nothing is written and no cell of a grid has started.
     A command Hydra itself cannot compose is left for Hydra to report."""
@@ -97,7 +97,7 @@ def precheck(argv: list[str]) -> None:
 
     from hydra import initialize_config_dir
 
-    from rlt.training.run import check
+    from rlt.training.lifecycle import check
     from rlt.training.spec import ConfigError
 
     refused: list[str] = []

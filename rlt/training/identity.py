@@ -171,25 +171,5 @@ def stored_config(run_dir: Path) -> dict[str, Any] | None:
     return data
 
 
-def holds_training(run_dir: Path) -> bool:
-    """Whether a run directory holds anything trained (results or a checkpoint) that a rerun
-    could reuse; a directory without either never trained and may take any configuration."""
-    run = rundir.RunDir(run_dir)
-    return run.results_file.exists() or (
-        run.ckpt_dir.is_dir() and any(p.suffix in (".ckpt", ".pt") for p in run.ckpt_dir.iterdir())
-    )
-
-
-def trained_to_end(run_dir: Path) -> bool:
-    """Whether the run in ``run_dir`` is done and trained its full step count (its early stop,
-    if it had one, never fired)."""
-    run = rundir.RunDir(run_dir)
-    results = run.results()
-    if not isinstance(results, dict) or results.get("stopped_early") is not None:
-        return False
-    status = run.status() or {}
-    return status.get("state") == "done" and status.get("step") == results.get("max_steps")
-
-
 def requested_config(cfg: DictConfig) -> dict[str, Any]:
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]

@@ -130,11 +130,12 @@ class SequenceModule(L.LightningModule):
 _MODULES: dict[str, type[SequenceModule]] = {}
 
 
-def module_for(family: str) -> type[SequenceModule]:
-    """The LightningModule of a family: the one its entry in rlt/families.py names, else the
-    shared training logic as ``<Name>Module`` (``RltModule``, ``TransformerModule``, ...)."""
+def module_for(entry: families.Family) -> type[SequenceModule]:
+    """The LightningModule of a family (its entry in rlt/families.py, as ``RunSpec.entry``
+    holds it): the one the entry names, else the shared training logic as ``<Name>Module``
+    (``RltModule``, ``TransformerModule``, ...)."""
+    family = entry.name
     if family not in _MODULES:
-        entry = families.get(family)  # unknown families fail here, naming the known ones
         if entry.module is not None:
             _MODULES[family] = families.load(entry.module)
         else:

@@ -1,7 +1,9 @@
-"""One training run end to end: the run directory's lifecycle (skip, resume, lock, stop or
-fail) around training and evaluation. The other concerns live next to it:
+"""One training run end to end: what its directory decides (skip, resume, retrain: see
+lifecycle.py), the lock, training and evaluation, and a stop or failure recorded. The other
+concerns live next to it:
 
     spec.py           the config, validated, as a RunSpec (prepare, trainer_args)
+    lifecycle.py      what the run directory holds decides: skip, repair, refuse, resume
     trainer_setup.py  threads, devices, loggers; the module, step paths and callbacks
     callbacks.py      the run's record of each validation, progress, diagnostics
     checkpoints.py    checkpoint policies and early stopping (Lightning's own callbacks)
@@ -15,7 +17,6 @@ composed config, so tests can call it without a command line.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
 import traceback
@@ -26,10 +27,17 @@ import torch
 from omegaconf import DictConfig
 
 from rlt import portable, rundir
-from rlt.training import hydra_env, identity, resume, slurm
-from rlt.training.callbacks import RunRecord
+from rlt.training import hydra_env, slurm
+from rlt.training.lifecycle import (
+    added_tokens,
+    check,
+    check_checkpoint,
+    check_writable,
+    continues_retrain,
+    finished,
+)
 from rlt.training.results import assemble, evaluate_policies, print_table, say, write_done
-from rlt.training.spec import ConfigError, RunSpec, check_writable_root, prepare
+from rlt.training.spec import RunSpec
 from rlt.training.trainer_setup import (
     build_module,
     build_trainer,
@@ -53,26 +61,26 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
     run_dir, d = spec.run_dir, spec.dir
     cell = spec.identity["cell"]
     s = spec.settings
-    if _finished(spec):
+    if finished(spec):
         say(f"[skipped] {cell}: already done; results in {d.results_file} (force=true retrains)")
         if s.print_table and not hydra_env.is_multirun():
             with contextlib.suppress(Exception):
                 print_table(d.results())
         return {"state": "skipped", "run_dir": str(run_dir)}
 
-    _check_writable(run_dir)
+    check_writable(run_dir)
     with d.lock() as acquired:
         if not acquired:
             say(f"[busy] {cell}: another process is training this run ({run_dir / '.lock'})")
             return {"state": "busy", "run_dir": str(run_dir)}
         last = d.last_ckpt
-        continuing = s.force and _continues_retrain(spec)
+        continuing = s.force and continues_retrain(spec)
         resuming = s.resume and last.exists() and (not s.force or continuing)
         if s.force and not continuing:
             d.set_aside_results()
             last.unlink(missing_ok=True)
         if resuming:
-            _check_checkpoint(last)
+            check_checkpoint(last)
         d.write_config(s.config_yaml)
         hydra_env.save_hydra_files(s.unresolved_yaml, run_dir)
         if s.force:
@@ -85,7 +93,7 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
                 "running",
                 portable=portable.active(),
                 arithmetic=portable.variables(),
-                added_tokens=resume.added_tokens(spec),
+                added_tokens=added_tokens(spec),
             )
         if (job := slurm.job_info()) is not None:
             d.set_status("running", slurm=job)
@@ -99,105 +107,6 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
     state = "resumed" if resuming else "done"
     say(f"[{state}] {cell}: results in {d.results_file}")
     return {"state": state, "run_dir": str(run_dir), "results": result}
-
-
-def check(cfg: DictConfig, *, where: bool = True, on_this_machine: bool = True) -> RunSpec:
-    """Everything that refuses a run before it starts, reading the run directory but writing
-    nothing: the validated config (:func:`~rlt.training.spec.prepare`: values, paths under
-    root, model label, environment) and, unless ``force``, that the directory holds this
-    configuration. ``train.py`` calls it for every cell of a grid before Hydra creates any
-    directory (:func:`rlt.training.hydra_support.precheck`). ``where=False`` skips what
-    depends on the run directory (its identity, a writable root): precheck cannot know the
-    directory when ``hydra.run.dir`` / ``hydra.sweep.dir`` move it, and the run checks it
-    itself. ``on_this_machine=False``: the jobs train elsewhere (SLURM), no CUDA check here."""
-    spec = prepare(cfg, on_this_machine=on_this_machine)
-    if where:
-        check_writable_root(spec.run_dir)
-        if not spec.settings.force:
-            _check_same_config(spec)
-            if spec.settings.resume and on_this_machine:  # a SLURM job checks on its own node
-                resume.check_same_arithmetic(spec)
-                resume.check_same_tokens(spec)
-    return spec
-
-
-def _finished(spec: RunSpec) -> bool:
-    """Whether the run is done and its results readable (then it is skipped). A done run whose
-    results.json does not parse is evaluated again from its checkpoints ("[repair]"); a run
-    whose status.json is damaged but whose results.json is complete gets its status back."""
-    d = spec.dir
-    status = d.status()
-    if status is None and d.status_file.exists() and not spec.settings.force:
-        results = d.results()
-        curve = (results or {}).get("val_curve") or []
-        if curve and all(isinstance(r, dict) and {"step", "acc"} <= set(r) for r in curve):
-            _restore_done_status(spec, results)
-            return True
-    status = status or {}
-    finished = d.results_file.exists() and status.get("state") == "done" and not spec.settings.force
-    if finished and d.results() is None:
-        say(
-            f"[repair] {spec.identity['cell']}: {d.results_file} is unreadable; evaluating the "
-            "finished run again from its checkpoints"
-        )
-        return False
-    return finished
-
-
-def _restore_done_status(spec: RunSpec, results: dict[str, Any]) -> None:
-    """status.json rewritten from a complete results.json (the file that is written last
-    before the done status, and only by a finished run of the stored configuration)."""
-    curve = results["val_curve"]
-    say(
-        f"[repair] {spec.identity['cell']}: {rundir.STATUS} was unreadable; results.json is "
-        "complete, so the status is restored as done"
-    )
-    spec.dir.set_status(
-        "done",
-        step=curve[-1]["step"],
-        max_steps=results.get("max_steps"),
-        best_val_acc=max(r["acc"] for r in curve),
-        repaired="status.json was unreadable",
-    )
-
-
-def _continues_retrain(spec: RunSpec) -> bool:
-    """Whether ``force=true`` meets its own retrain, stopped part-way (status ``retrain``, no
-    results yet, this configuration stored): then it resumes instead of starting again."""
-    d = spec.dir
-    last = d.last_ckpt
-    status = d.status() or {}
-    if not status.get("retrain") or status.get("state") in ("done", "failed"):
-        return False  # a failed retrain starts again from scratch under force=true
-    if portable.resume_mismatch(status.get("portable"), status.get("arithmetic")) is not None:
-        return False  # begun in the other CPU arithmetic: force=true starts it anew
-    if resume.tokens_mismatch(spec, status) is not None:
-        return False  # begun with other token ids (another plugin set): started anew too
-    if not last.exists() or d.results_file.exists():
-        return False
-    try:
-        _check_checkpoint(last)
-    except ConfigError:
-        return False  # an unreadable checkpoint: force=true starts again
-    try:
-        stored = identity.stored_config(spec.run_dir)
-    except identity.UnreadableConfig:
-        return False
-    requested = spec.settings.resolved
-    return stored is not None and not identity.config_differences(stored, requested)
-
-
-def _check_writable(run_dir: Path) -> None:
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / f".write_test.{os.getpid()}"  # one per process: starts may race
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        raise ConfigError(
-            f"cannot write to the run directory {run_dir} ({e.strerror}); make it writable or "
-            "put the run elsewhere with root=DIR"
-        ) from e
 
 
 def _failed(spec: RunSpec, e: BaseException, raise_on_failure: bool) -> dict[str, Any]:
@@ -263,82 +172,6 @@ def _stopped(spec: RunSpec, state: str, e: BaseException, raise_on_failure: bool
         # a stopped run exits as a process killed by SIGTERM does (128 + 15).
         raise SystemExit(SIGTERM_EXIT) from e
     return {"state": "interrupted", "run_dir": str(spec.run_dir), "error": type(e).__name__}
-
-
-def _check_same_config(spec: RunSpec) -> None:
-    """Refuse to skip or resume a run directory that holds another configuration, or one whose
-    stored configuration cannot be read. A directory that never trained (no results, no
-    checkpoint: e.g. a run that failed before its first step) holds nothing to protect."""
-    if not identity.holds_training(spec.run_dir):
-        return
-    try:
-        stored = identity.stored_config(spec.run_dir)
-    except identity.UnreadableConfig as e:
-        raise ConfigError(
-            f"{e}, so it cannot be told whether the run in {spec.run_dir} is the configuration "
-            "asked for. Nothing was changed. Rerun with force=true to retrain it (its old "
-            "results are set aside), or restore the file."
-        ) from e
-    if stored is None:
-        return
-    diffs = identity.config_differences(
-        stored,
-        spec.settings.resolved,
-        trained_to_end=identity.trained_to_end(spec.run_dir),
-    )
-    if not diffs:
-        return
-    listing = "\n  ".join(diffs)
-    raise ConfigError(
-        f"{spec.run_dir} holds a run of another configuration; these keys differ "
-        f"(stored -> requested):\n  {listing}\n"
-        "Nothing was changed. Either rerun with force=true to retrain this directory with the "
-        "new values (its old results are replaced), or keep both: "
-        + (_variant_hint(diffs, spec.settings.resolved) or "give the new run its own place: ")
-        + "root=DIR or sweep_name=NAME."
-    )
-
-
-def _variant_hint(diffs: list[str], requested: dict[str, Any]) -> str | None:
-    """Where only model keys differ, the request is a variant of the stored model: the fix is
-    its own name and label (its own directory and table column), not another root."""
-    keys = [line.split(":", 1)[0] for line in diffs]
-    if not all(k.startswith("model.") for k in keys) or "model.name" in keys:
-        return None
-    model = requested.get("model") or {}
-    name, label = model.get("name"), model.get("label") or model.get("name")
-    key = keys[0].removeprefix("model.")
-    value = model.get(key)
-    shown = value if isinstance(value, (int, float, str, bool)) else "X"
-    suffix = f"{key}{shown}".replace(".", "").replace("-", "m").replace(" ", "")
-    return (
-        f"this is a variant of model {name}, so give it its own name and label (its own "
-        f"directory and table column), e.g. model.name={name}_{suffix} "
-        f"\"model.label='{label} {key}={shown}'\" (or a file conf/model/{name}_{suffix}.yaml, "
-        "see docs/EXTENDING.md, to sweep both with -m model=...); or give the new run another "
-        "place: "
-    )
-
-
-def _check_checkpoint(path: Path) -> None:
-    """Fail with the fix spelled out when ``last.ckpt`` cannot be read."""
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        if "state_dict" not in ckpt or "loops" not in ckpt:
-            raise ValueError("not a Lightning training checkpoint")
-    except Exception as e:
-        raise ConfigError(
-            f"cannot resume from {path}: {type(e).__name__}: {e}. Delete that file to restart "
-            f"this run from scratch (finished results elsewhere are untouched), or rerun with "
-            f"force=true."
-        ) from e
-    if RunRecord.__qualname__ not in ckpt.get("callbacks", {}):
-        raise ConfigError(
-            f"cannot resume from {path}: an earlier rlt wrote it (before Lightning's "
-            "ModelCheckpoint kept the checkpoint policies), and this version cannot carry its "
-            "choices on. Finish the run with the rlt commit that started it, or rerun with "
-            "force=true to retrain it."
-        )
 
 
 def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]:

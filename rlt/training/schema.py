@@ -1,27 +1,34 @@
 """The config's schema, declared once: the top-level keys (:class:`Run`), the groups a run
 reads as fixed keys (scale, split, trainer, callbacks) with their types and bounds as
 dataclasses, the numbers a run reads inside the open groups (:data:`OPEN_NUMBERS`) and the
-rules between fields. ``spec.prepare`` checks a composed config against it (:func:`check`), so
-a misspelled key (``+scale.lrr=1``, which Hydra accepts because of the ``+``) or a value of the
+rules between fields, the shapes (split, batches, budgets) and the directory names a run takes
+from values. ``spec.prepare`` checks a composed config against it (:func:`check`), so a
+misspelled key (``+scale.lrr=1``, which Hydra accepts because of the ``+``) or a value of the
 wrong type or out of bounds is refused in one line naming the key and the fix rather than
-ignored or failing deep inside a run. What needs more than the config (paths, shapes against
-the model, the machine) is checked in ``spec.py`` and ``environment.py``.
+ignored or failing deep inside a run. What needs more than the config is checked by its owner:
+the model against its family (``families.resolve_model``), the Trainer arguments, optimizer
+and callbacks they import (``settings.settings_from``), the machine (``environment.py``).
 
 Why these are not registered in Hydra's ConfigStore (docs/DESIGN.md, section 5): Hydra then
 refuses a wrong type while composing, in several lines that do not name the fix, and cannot
 type a key that is ``auto`` or a number. The groups left out are open by design: ``task``
 (a plugin task has its own options), ``model`` (its schema is the family's config dataclass,
-``spec.model_config``), ``optim`` and ``scheduler`` (keyword arguments of a ``_target_``).
+``families.model_config``), ``optim`` and ``scheduler`` (keyword arguments of a ``_target_``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from rlt.rundir import POLICIES
+from rlt.training.hydra_env import hydra_output_dir
 
 
 class ConfigError(ValueError):
@@ -73,7 +80,7 @@ class Scale:
 @dataclass(frozen=True)
 class Split:
     name: str = ""
-    n_enc: int = 0  # ranges: spec._check_shapes
+    n_enc: int = 0  # ranges: _check_shapes
     n_dec: int = 0
 
 
@@ -172,11 +179,19 @@ def build(schema: type, node: DictConfig | None) -> Any:
 
 
 def check(cfg: DictConfig, *, stored: bool = False) -> None:
-    """No unknown top-level key (``+foo=1``) nor key of a schema group (``+scale.lrr=1``), every
-    numeric field of the schema and of :data:`OPEN_NUMBERS` of its type and within its bounds,
-    and the rules between fields; raises :class:`ConfigError` naming the key and the fix.
-    ``stored``: a run directory's config read back (to score it), which may hold group keys of
-    an older version that nothing reads any more: those are let through."""
+    """The config against its schema, in order: the groups a run reads are there (and the
+    values read before interpolation make sense), it resolves (in place), no unknown top-level
+    key (``+foo=1``) nor key of a schema group (``+scale.lrr=1``), every numeric field of the
+    schema and of :data:`OPEN_NUMBERS` of its type and within its bounds, the rules between
+    fields, the shapes (split, batches, budgets) and the directory names a run takes from
+    values; raises :class:`ConfigError` naming the key and the fix. ``stored``: a run
+    directory's config read back (to score it), which may hold group keys of an older version
+    that nothing reads any more: those are let through."""
+    _check_groups(cfg)
+    try:
+        OmegaConf.resolve(cfg)
+    except Exception as e:  # interpolation errors name the key already
+        raise ConfigError(f"config does not resolve: {e}") from e
     unknown = sorted(set(cfg.keys()) - TOP_LEVEL)
     if unknown:
         raise ConfigError(
@@ -193,6 +208,8 @@ def check(cfg: DictConfig, *, stored: bool = False) -> None:
             raise ConfigError(f"{key} is missing from the config; add it (see conf/)")
         check_number(key, value, **f.metadata)
     _check_rules(cfg)
+    _check_shapes(cfg)
+    _check_paths(cfg)
 
 
 def _check_rules(cfg: DictConfig) -> None:
@@ -254,3 +271,148 @@ def check_number(
         raise ConfigError(f"{key} must be > 0, got {value!r}")
     if max is not None and value > max:
         raise ConfigError(f"{key} must be at most {max:,}, got {value!r} ({why})")
+
+
+def _check_groups(cfg: DictConfig) -> None:
+    """The config groups and trainer/optimizer values a run reads exist and make sense: each
+    refused with one line naming the key and the fix, before anything is written."""
+    for group in ("task", "model", "split", "scale", "trainer", "optim", "scheduler", "callbacks"):
+        if not isinstance(cfg.get(group), DictConfig):
+            raise ConfigError(
+                f"{group} is {cfg.get(group)!r}: choose one of conf/{group}/ "
+                f"(e.g. {group}=<name>), or leave it at its default"
+            )
+    if cfg.get("root") in (None, "") or str(cfg.root) in ("None", "null"):
+        raise ConfigError("root is null: give a directory for the runs, e.g. root=runs")
+    root = Path(str(cfg.root))
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"root={cfg.root} is a file, not a directory; use root=DIR")
+    precision = str(cfg.trainer.precision)
+    if precision not in PRECISIONS:
+        raise ConfigError(
+            f"trainer.precision={precision!r} is not a precision; use one of "
+            f"{', '.join(PRECISIONS)}"
+        )
+    devices = cfg.trainer.devices
+    if devices != "auto" and (
+        isinstance(devices, bool) or not isinstance(devices, int) or devices < 1
+    ):
+        raise ConfigError(f"trainer.devices must be an integer >= 1 or auto, got {devices!r}")
+    betas = cfg.optim.get("betas", (0.9, 0.999))
+    if (
+        not isinstance(betas, ListConfig | list | tuple)
+        or len(betas) != 2
+        or not all(isinstance(b, int | float) and 0 <= b < 1 for b in betas)
+    ):
+        raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {betas!r}")
+    epochs = (cfg.trainer.get("args") or {}).get("max_epochs")
+    if isinstance(epochs, int) and (epochs == 0 or epochs < -1):
+        raise ConfigError(
+            f"trainer.args.max_epochs={epochs} would end training before its steps; leave it "
+            "out (scale.max_steps ends a run)"
+        )
+    policies = cfg.callbacks.get("policies")
+    names = list(policies) if isinstance(policies, ListConfig | list) else None
+    if names is None or any(p not in POLICIES for p in names):
+        raise ConfigError(
+            f"callbacks.policies={policies!r}: each must be one of {', '.join(POLICIES)}"
+        )
+    if "min_val_loss" not in names:
+        raise ConfigError(
+            f"callbacks.policies={names} must keep min_val_loss, the report's selection (the "
+            "checkpoint results.json is built on); add the others beside it"
+        )
+    extra = cfg.callbacks.get("extra")
+    if extra is not None and (
+        not isinstance(extra, ListConfig)
+        or not all(isinstance(n, DictConfig) and n.get("_target_") for n in extra)
+    ):
+        raise ConfigError(
+            f"callbacks.extra={extra!r}: give a list of Lightning callbacks, each "
+            "{_target_: module.Class, ...}, e.g. "
+            "'callbacks.extra=[{_target_: lightning.pytorch.callbacks.ModelCheckpoint, "
+            "monitor: val/loss}]'"
+        )
+
+
+def _check_shapes(cfg: DictConfig) -> None:
+    """The split, the batch sizes and step counts fit together."""
+    scale, model, split = cfg.scale, cfg.model, cfg.split
+    for key in ("n_enc", "n_dec"):
+        if not isinstance(split[key], int) or split[key] < 0:
+            raise ConfigError(f"split.{key} must be a non-negative integer, got {split[key]!r}")
+    if split.n_enc + split.n_dec < 1:
+        raise ConfigError(f"split {split.name!r} has no layers; pick e.g. split=4+4")
+    if scale.global_batch % scale.micro_batch != 0:
+        raise ConfigError(
+            f"scale.global_batch={scale.global_batch} is not a multiple of "
+            f"scale.micro_batch={scale.micro_batch}"
+        )
+    if scale.max_steps < 1 or scale.val_every < 1:
+        raise ConfigError("scale.max_steps and scale.val_every must be >= 1")
+    if scale.warmup_steps > scale.max_steps:
+        raise ConfigError(
+            f"scale.warmup_steps={scale.warmup_steps} exceeds scale.max_steps={scale.max_steps}: "
+            "the learning rate would never reach scale.lr; lower scale.warmup_steps"
+        )
+    _check_budgets(cfg.callbacks.get("budgets"), scale, model)
+
+
+def _check_budgets(budgets, scale, model) -> None:
+    """``callbacks.budgets``: a list of validation steps inside the run (a checkpoint is kept
+    there), for a model without a feedback schedule (whose stages the whole run places)."""
+    if budgets is None:
+        return
+    if not isinstance(budgets, list | ListConfig):
+        raise ConfigError(
+            f"callbacks.budgets must be a list of steps, got {budgets!r}; e.g. "
+            "callbacks.budgets=[16000,32000]"
+        )
+    if budgets and model.get("feedback_schedule"):
+        raise ConfigError(
+            "callbacks.budgets with model.feedback_schedule: the schedule's stages are placed on "
+            "the whole run's steps, so a budget would not be the shorter run it names; train "
+            "the shorter run itself (scale.max_steps), or drop callbacks.budgets"
+        )
+    for b in budgets:
+        if isinstance(b, bool) or not isinstance(b, int) or not 0 < b < scale.max_steps:
+            raise ConfigError(
+                f"callbacks.budgets: {b!r} is not a step inside the run; give steps between 1 and "
+                f"scale.max_steps-1 ({scale.max_steps - 1}), e.g. callbacks.budgets=[16000,32000]"
+            )
+        if b % scale.val_every:
+            raise ConfigError(
+                f"callbacks.budgets: step {b} is not a validation step (scale.val_every="
+                f"{scale.val_every}); give multiples of scale.val_every"
+            )
+
+
+# A path component taken from a config value: no separators, not "." or "..".
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_+=.,@-]+$")
+
+
+def _check_paths(cfg: DictConfig) -> None:
+    """Every directory name a run takes from a value (sweep name or preset, task, model,
+    architecture, seed) is a plain name, so no value can place files outside ``root``."""
+    parts = {
+        "sweep_name": cfg.sweep_name,
+        "scale.name": cfg.scale.name,
+        "task.name": cfg.task.name,
+        "model.name": cfg.model.name,
+        "model.arch_tag": cfg.model.arch_tag,
+    }
+    for key, value in parts.items():
+        if value is None and key == "sweep_name":
+            continue
+        text = str(value)
+        if not _SAFE_NAME.match(text) or text.strip(".") == "":
+            raise ConfigError(
+                f"{key}={text!r} cannot name a directory: use letters, digits and - _ + = . , @ "
+                "(no '/' and not '.' or '..'), so the run stays under root"
+            )
+    out = Path(str(cfg.out_dir)).resolve()
+    root = Path(str(cfg.root)).resolve()
+    if hydra_output_dir() is None and root not in out.parents:
+        raise ConfigError(
+            f"out_dir {cfg.out_dir!r} is not under root {cfg.root!r}; leave out_dir as it is"
+        )

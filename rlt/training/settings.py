@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rlt.training import schema
+from rlt.training import optim, schema
 from rlt.training.schema import ConfigError
 
 
@@ -45,9 +45,15 @@ class Settings:
     unresolved_yaml: str  # the config as composed (interpolations kept): Hydra's .hydra record
 
 
-def settings_from(cfg: DictConfig, trainer_args: dict[str, Any]) -> Settings:
-    """The run's settings from its validated, resolved config: the schema's groups built from
-    it (:func:`rlt.training.schema.build`), the rest read here."""
+def settings_from(cfg: DictConfig, *, scoring: bool = False) -> Settings:
+    """The run's settings from its checked, resolved config: the schema's groups built from
+    it (:func:`rlt.training.schema.build`), the rest read here, with what they name checked:
+    ``trainer.args`` against lightning.Trainer, and (unless ``scoring`` a stored config, whose
+    targets must not run) the optimizer, schedule and ``callbacks.extra`` importable."""
+    extra_trainer_args = trainer_args(cfg)
+    if not scoring:
+        _check_optim(cfg)
+        _check_extra_callbacks(cfg)
     callbacks = schema.build(schema.Callbacks, cfg.callbacks)
     callbacks = dataclasses.replace(
         callbacks,
@@ -68,7 +74,7 @@ def settings_from(cfg: DictConfig, trainer_args: dict[str, Any]) -> Settings:
         scheduler=OmegaConf.to_container(cfg.scheduler, resolve=True),
         grad_clip=cfg.optim.grad_clip,
         failure=failure,
-        trainer_args=trainer_args,
+        trainer_args=extra_trainer_args,
         overfit_batches=cfg.debug_flags.overfit_batches,
         csv=bool(cfg.logger.csv),
         wandb=OmegaConf.to_container(wandb, resolve=True) if wandb else None,
@@ -127,3 +133,35 @@ def trainer_args(cfg: DictConfig) -> dict[str, Any]:
                 + ", ".join(sorted(valid - set(_TRAINER_OWN)))
             )
     return extra
+
+
+def _check_optim(cfg: DictConfig) -> None:
+    """conf/optim/ and conf/scheduler/ build (an importable target taking their arguments)."""
+    try:
+        optim.check(
+            OmegaConf.to_container(cfg.optim, resolve=True),
+            OmegaConf.to_container(cfg.scheduler, resolve=True),
+        )
+    except optim.OptimConfigError as e:
+        raise ConfigError(str(e)) from e
+
+
+def _check_extra_callbacks(cfg: DictConfig) -> None:
+    """Each ``callbacks.extra`` target is an importable Lightning callback class."""
+    import lightning as L
+    from hydra.utils import get_class
+
+    for node in cfg.callbacks.get("extra") or []:
+        try:
+            target = get_class(node._target_)
+        except Exception as e:
+            why = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ConfigError(
+                f"callbacks.extra: cannot import {node._target_!r} ({why}); check the module and "
+                "class name (e.g. lightning.pytorch.callbacks.ModelCheckpoint)"
+            ) from e
+        if not issubclass(target, L.Callback):
+            raise ConfigError(
+                f"callbacks.extra: {node._target_} is not a lightning Callback; give one "
+                "(e.g. lightning.pytorch.callbacks.ModelCheckpoint)"
+            )

@@ -371,7 +371,7 @@ def build_module(spec: RunSpec):
     from rlt.training.module import module_for
 
     s = spec.settings
-    module = module_for(spec.family)(
+    module = module_for(spec.entry)(
         model_cfg=spec.model_kwargs,
         optim_cfg=s.optim,
         scheduler_cfg=s.scheduler,

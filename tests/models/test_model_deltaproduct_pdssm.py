@@ -336,7 +336,7 @@ def test_pdssm_starts_every_head_at_e1():
 # -- both: parameters and configs --------------------------------------------------------------
 @pytest.mark.parametrize(("scale", "split"), [("laptop", "1+1"), ("paper", "4+4")])
 def test_both_are_parameter_matched_to_the_transformer_at_each_scale(scale, split):
-    from rlt.training.spec import model_config
+    from rlt.training.families import model_config
     from tests.training.helpers import compose_cfg
 
     counts, widths = {}, {}

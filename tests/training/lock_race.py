@@ -18,7 +18,7 @@ from pathlib import Path
 
 def _worker(run_dir: str, n: int, out) -> None:
     from rlt import rundir
-    from rlt.training.run import _check_writable
+    from rlt.training.lifecycle import check_writable
     from rlt.training.spec import ConfigError
 
     marker = Path(run_dir) / "holder"
@@ -33,7 +33,7 @@ def _worker(run_dir: str, n: int, out) -> None:
                 except FileExistsError:
                     double += 1
         try:
-            _check_writable(Path(run_dir))
+            check_writable(Path(run_dir))
         except ConfigError:
             refused += 1
     out.put((double, refused))

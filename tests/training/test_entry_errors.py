@@ -17,7 +17,8 @@ import pytest
 
 from rlt import rundir
 from rlt.sweep import cell_states
-from rlt.training.run import SIGTERM_EXIT, check
+from rlt.training.lifecycle import check
+from rlt.training.run import SIGTERM_EXIT
 from rlt.training.spec import ConfigError
 from tests.test_extending import blocks
 from tests.training.helpers import REPO, compose_cfg

@@ -164,7 +164,7 @@ def test_every_model_field_reaches_the_built_model():
 
     spec = prepare(compose_cfg(["experiment=tiny", "scale.d_model=64", "model.init_std=0.05"]))
     assert spec.model_kwargs["init_std"] == 0.05
-    model = module_for(spec.family)(spec.model_kwargs).model
+    model = module_for(spec.entry)(spec.model_kwargs).model
     assert model.config.init_std == 0.05
     w = model.encoder[0].attn.qkv.weight  # a plain (non-residual) projection: N(0, init_std)
     assert 0.045 < float(w.detach().std()) < 0.055
@@ -240,7 +240,7 @@ def test_unwritable_run_directory_gets_one_clear_error(tmp_path):
 @pytest.mark.parametrize(("scale", "split"), [("laptop", "1+1"), ("paper", "4+4")])
 def test_deltanet_is_parameter_matched_to_the_transformer_at_each_scale(scale, split):
     from rlt.models import count_parameters
-    from rlt.training.spec import model_config
+    from rlt.training.families import model_config
 
     counts = {}
     for model in ("deltanet", "deltanet01", "gated_deltanet", "transformer"):

@@ -18,7 +18,8 @@ from rlt import rundir
 from rlt.analysis.collect import collect
 from rlt.sweep import cell_states
 from rlt.training.hydra_support import precheck
-from rlt.training.run import check, run
+from rlt.training.lifecycle import check
+from rlt.training.run import run
 from rlt.training.spec import ConfigError
 from tests.training.helpers import REPO, compose_cfg, load_results
 
