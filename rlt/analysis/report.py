@@ -7,11 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlt.analysis import render
-from rlt.analysis.beyond import beyond_table
+from rlt.analysis import render, studies
 from rlt.analysis.collect import Collection, collect
-from rlt.analysis.findings import verdict_table
-from rlt.analysis.laptop_findings import LAPTOP_BASELINES, LAPTOP_FINDINGS, LAPTOP_RLT1
 from rlt.analysis.reference import compare_table, load_reference
 from rlt.analysis.run_tables import cost_table, incomplete_table, params_table
 from rlt.analysis.schedule_view import feedback_split, has_schedules, schedule_table
@@ -67,10 +64,7 @@ def build_tables(c: Collection, opts: ReportOptions | None = None) -> dict[str, 
     feedback schedule, or with schedule_view), compare (with compare_report), incomplete."""
     o = opts or ReportOptions()
     c.check_metric(o.metric)  # MixedDefinitions: never one cell from two definitions
-    tables = {}
-    if _is_laptop(c):
-        tables["verdicts"] = verdict_table(c, LAPTOP_FINDINGS, policy=o.policy, metric=o.metric)
-        tables["beyond"] = beyond_table(c, LAPTOP_RLT1, LAPTOP_BASELINES, policy=o.policy)
+    tables = studies.tables(c, policy=o.policy, metric=o.metric)  # a study's own views first
     tables |= {
         "table1": val_table(c, step=o.step, metric=o.metric),
         "table2": generalization_table(c, policy=o.policy, lengths=o.lengths, metric=o.metric),
@@ -105,12 +99,6 @@ def build_tables(c: Collection, opts: ReportOptions | None = None) -> dict[str, 
         table.notes.extend(notes)
     tables["incomplete"] = incomplete_table(c)
     return tables
-
-
-def _is_laptop(c: Collection) -> bool:
-    """Whether the runs include a laptop grid (sweep=laptop or laptop_long), whose findings the
-    verdict table judges."""
-    return len(c.used) > 0 and c.used["sweep"].isin(["laptop", "laptop_long", "laptop_scout"]).any()
 
 
 def _header(c: Collection) -> list[str]:

@@ -11,6 +11,7 @@ import statistics
 
 import pytest
 
+from rlt.analysis import studies
 from rlt.analysis.collect import collect
 from rlt.analysis.findings import (
     NOT_TESTABLE,
@@ -25,7 +26,6 @@ from rlt.analysis.findings import (
     prerequisite,
     verdict_table,
 )
-from rlt.analysis.laptop_findings import LAPTOP_FINDINGS
 from tests.analysis.analysis_synthetic import (
     PLANTED,
     POLICY_STEPS,
@@ -34,6 +34,8 @@ from tests.analysis.analysis_synthetic import (
     val_value,
 )
 from tests.training.helpers import REPO
+
+LAPTOP_FINDINGS = studies.load("laptop").FINDINGS  # docs/results/laptop/views.py
 
 
 def stat(mean: float, sd: float, n: int = 3) -> Stat:

@@ -1,13 +1,19 @@
-"""The laptop grids' findings (sweeps/laptop.yaml, laptop_long.yaml, laptop_seeds.yaml): the
-report's ten findings (and F3b) as clauses about our cells, judged by rlt/analysis/findings.py.
-Every number in a finding's ``report`` text is quoted from SPEC section 4 (checked by
-tests/analysis/test_analysis_findings.py); ``mirrors`` says which report split our cells stand
-for and why.
+"""The laptop study's views (rlt/analysis/studies.py): the report's ten findings (and F3b) as
+clauses about the laptop grids' cells (sweeps/laptop.yaml, laptop_long.yaml, laptop_seeds.yaml,
+laptop_scout.yaml), judged by rlt/analysis/findings.py, and the recurrent baselines beside
+RLT-1 ("beyond the report"). `python analysis/tables.py` prints both first whenever it reads
+runs of these sweeps. Every number in a finding's ``report`` text is quoted from SPEC section 4
+(checked by tests/analysis/test_analysis_findings.py); ``mirrors`` says which report split our
+cells stand for and why.
 """
 
 from __future__ import annotations
 
-from rlt.analysis.findings import Cell, Clause, Finding
+from rlt.analysis.beyond import beyond_table
+from rlt.analysis.findings import Cell, Clause, Finding, verdict_table
+
+# The sweeps whose runs these views judge (results.json run.sweep).
+SWEEPS = ("laptop", "laptop_long", "laptop_scout")
 
 
 def _above(task, a, b, length):
@@ -31,7 +37,7 @@ _MF, _MB = "mod5_flat_3to15", "mod5_brackets_3to16"  # trained on short lengths 
 # the extra baselines (LSTM, DeltaNet) are compared in the "beyond the report" table.
 _REPORT_MODELS = ("RLT-1 2+2", "Transformer 4")
 _ADDITION_MODELS = ("RLT-1 2+2", "RLT-0 2+2", "Transformer 4")
-LAPTOP_FINDINGS: tuple[Finding, ...] = (
+FINDINGS: tuple[Finding, ...] = (
     Finding(
         "F1",
         "parity: RLT-1 exact at 256 bits, the Transformer at chance",
@@ -140,7 +146,7 @@ LAPTOP_FINDINGS: tuple[Finding, ...] = (
         "(the LSTM and DeltaNet: the 'beyond the report' table)",
     ),
 )
-LAPTOP_RLT1 = {
+RLT1 = {
     _P: "RLT-1 1+1",
     _W: "RLT-1 2+2",
     _S: "RLT-1 2+2",
@@ -149,4 +155,13 @@ LAPTOP_RLT1 = {
     _MB: "RLT-1 2+2",
 }
 # the recurrent baselines beside RLT-1, two blocks each (DeltaProduct and PD-SSM: issue 57)
-LAPTOP_BASELINES = ("LSTM 2", "DeltaNet [-1,1] 2", "DeltaProduct [-1,1] 2", "PD-SSM 2")
+BASELINES = ("LSTM 2", "DeltaNet [-1,1] 2", "DeltaProduct [-1,1] 2", "PD-SSM 2")
+
+
+def tables(c, *, policy: str, metric: str) -> dict:
+    """The verdict table (each finding judged on the cells it names) and the baselines beside
+    RLT-1, first in the tables CLI's report."""
+    return {
+        "verdicts": verdict_table(c, FINDINGS, policy=policy, metric=metric),
+        "beyond": beyond_table(c, RLT1, BASELINES, policy=policy),
+    }
