@@ -7,6 +7,7 @@ directory once (:meth:`rlt.rundir.RunDir.snapshot`); run.py carries it out.
     check              the config validated and the directory checked, writing nothing
                        (train.py's precheck of a whole grid calls it too)
     finished           a done run with readable results is skipped
+    begin              with the lock held: resume or start, and write what a start writes
     continues_retrain  force=true meets its own retrain, stopped part-way
     check_checkpoint   last.ckpt loads, and this version wrote it
     check_writable     the run directory takes files
@@ -26,7 +27,7 @@ from omegaconf import DictConfig
 from rlt import portable, rundir
 from rlt.rundir import Snapshot
 from rlt.tasks import vocab
-from rlt.training import identity
+from rlt.training import hydra_env, identity, slurm
 from rlt.training.callbacks import RunRecord
 from rlt.training.results import say
 from rlt.training.spec import ConfigError, RunSpec, check_writable_root, prepare
@@ -273,6 +274,39 @@ def check_checkpoint(path: Path) -> None:
             "choices on. Finish the run with the rlt commit that started it, or rerun with "
             "force=true to retrain it."
         )
+
+
+def begin(spec: RunSpec) -> bool:
+    """With the run's lock held: whether the run resumes from its last.ckpt (a stopped run, or
+    a forced retrain stopped part-way) or starts (``force=true`` first sets the old results
+    aside); then what every start writes: config.yaml, Hydra's record, and the status (a retrain
+    in progress; the arithmetic and token ids a fresh run starts with; its SLURM job)."""
+    s, d = spec.settings, spec.dir
+    last = d.last_ckpt
+    continuing = s.force and continues_retrain(spec)
+    resuming = s.resume and last.exists() and (not s.force or continuing)
+    if s.force and not continuing:
+        d.set_aside_results()
+        last.unlink(missing_ok=True)
+    if resuming:
+        check_checkpoint(last)
+    d.write_config(s.config_yaml)
+    hydra_env.save_hydra_files(s.unresolved_yaml, spec.run_dir)
+    if s.force:
+        # Marks a forced retrain in progress: stopped, the same command resumes it. A new
+        # retrain starts without the stops of the training it replaces.
+        fresh = {} if continuing else {"stops": []}
+        d.set_status("running", retrain=True, **fresh)
+    if not resuming:  # a run resumes in the arithmetic and with the token ids it started in
+        d.set_status(
+            "running",
+            portable=portable.active(),
+            arithmetic=portable.variables(),
+            added_tokens=added_tokens(spec),
+        )
+    if (job := slurm.job_info()) is not None:
+        d.set_status("running", slurm=job)
+    return resuming
 
 
 def check_writable(run_dir: Path) -> None:

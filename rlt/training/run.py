@@ -26,16 +26,9 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from rlt import portable, rundir
+from rlt import rundir
 from rlt.training import hydra_env, slurm
-from rlt.training.lifecycle import (
-    added_tokens,
-    check,
-    check_checkpoint,
-    check_writable,
-    continues_retrain,
-    finished,
-)
+from rlt.training.lifecycle import begin, check, check_writable, finished
 from rlt.training.results import assemble, evaluate_policies, print_table, say, write_done
 from rlt.training.spec import RunSpec
 from rlt.training.trainer_setup import (
@@ -73,32 +66,9 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
         if not acquired:
             say(f"[busy] {cell}: another process is training this run ({run_dir / '.lock'})")
             return {"state": "busy", "run_dir": str(run_dir)}
-        last = d.last_ckpt
-        continuing = s.force and continues_retrain(spec)
-        resuming = s.resume and last.exists() and (not s.force or continuing)
-        if s.force and not continuing:
-            d.set_aside_results()
-            last.unlink(missing_ok=True)
-        if resuming:
-            check_checkpoint(last)
-        d.write_config(s.config_yaml)
-        hydra_env.save_hydra_files(s.unresolved_yaml, run_dir)
-        if s.force:
-            # Marks a forced retrain in progress: stopped, the same command resumes it. A new
-            # retrain starts without the stops of the training it replaces.
-            fresh = {} if continuing else {"stops": []}
-            d.set_status("running", retrain=True, **fresh)
-        if not resuming:  # a run resumes in the arithmetic and with the token ids it started in
-            d.set_status(
-                "running",
-                portable=portable.active(),
-                arithmetic=portable.variables(),
-                added_tokens=added_tokens(spec),
-            )
-        if (job := slurm.job_info()) is not None:
-            d.set_status("running", slurm=job)
+        resuming = begin(spec)  # resumes from last.ckpt, or starts: config and status written
         try:
-            result = _train_and_evaluate(spec, last if resuming else None)
+            result = _train_and_evaluate(spec, d.last_ckpt if resuming else None)
         except BaseException as e:
             stop = _stop_reason(e)
             if stop is not None:

@@ -160,24 +160,6 @@ OPEN_NUMBERS: dict[str, Any] = {
 TOP_LEVEL = frozenset(f.name for f in dataclasses.fields(Run))
 
 
-def build(schema: type, node: DictConfig | None) -> Any:
-    """The schema's dataclass holding a checked group's values (containers as plain lists and
-    dicts, a group within the group as its own dataclass): what the run reads of the group
-    (``Settings.scale``, ``.trainer``, ``.callbacks``). A key the schema does not know (a
-    stored config of an older version) is left out; a missing one takes the field's default."""
-    values = {}
-    for f in dataclasses.fields(schema):
-        if node is None or f.name not in node:
-            continue
-        value = node[f.name]
-        if dataclasses.is_dataclass(f.default_factory) and isinstance(value, DictConfig):
-            value = build(f.default_factory, value)
-        elif isinstance(value, DictConfig | ListConfig):
-            value = OmegaConf.to_container(value, resolve=True)
-        values[f.name] = value
-    return schema(**values)
-
-
 def check(cfg: DictConfig, *, stored: bool = False) -> None:
     """The config against its schema, in order: the groups a run reads are there (and the
     values read before interpolation make sense), it resolves (in place), no unknown top-level

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rlt.training import optim, schema
 from rlt.training.schema import ConfigError
@@ -47,14 +47,14 @@ class Settings:
 
 def settings_from(cfg: DictConfig, *, scoring: bool = False) -> Settings:
     """The run's settings from its checked, resolved config: the schema's groups built from
-    it (:func:`rlt.training.schema.build`), the rest read here, with what they name checked:
+    it (:func:`build`), the rest read here, with what they name checked:
     ``trainer.args`` against lightning.Trainer, and (unless ``scoring`` a stored config, whose
     targets must not run) the optimizer, schedule and ``callbacks.extra`` importable."""
     extra_trainer_args = trainer_args(cfg)
     if not scoring:
         _check_optim(cfg)
         _check_extra_callbacks(cfg)
-    callbacks = schema.build(schema.Callbacks, cfg.callbacks)
+    callbacks = build(schema.Callbacks, cfg.callbacks)
     callbacks = dataclasses.replace(
         callbacks,
         budgets=sorted({int(b) for b in callbacks.budgets or []}),
@@ -67,8 +67,8 @@ def settings_from(cfg: DictConfig, *, scoring: bool = False) -> Settings:
     wandb = cfg.logger.get("wandb")
     return Settings(
         seed=cfg.seed,
-        scale=schema.build(schema.Scale, cfg.scale),
-        trainer=schema.build(schema.Trainer, cfg.trainer),
+        scale=build(schema.Scale, cfg.scale),
+        trainer=build(schema.Trainer, cfg.trainer),
         callbacks=callbacks,
         optim=OmegaConf.to_container(cfg.optim, resolve=True),
         scheduler=OmegaConf.to_container(cfg.scheduler, resolve=True),
@@ -87,6 +87,24 @@ def settings_from(cfg: DictConfig, *, scoring: bool = False) -> Settings:
         config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
         unresolved_yaml=OmegaConf.to_yaml(cfg),
     )
+
+
+def build(schema: type, node: DictConfig | None) -> Any:
+    """The schema's dataclass holding a checked group's values (containers as plain lists and
+    dicts, a group within the group as its own dataclass): what the run reads of the group
+    (``Settings.scale``, ``.trainer``, ``.callbacks``). A key the schema does not know (a
+    stored config of an older version) is left out; a missing one takes the field's default."""
+    values = {}
+    for f in dataclasses.fields(schema):
+        if node is None or f.name not in node:
+            continue
+        value = node[f.name]
+        if dataclasses.is_dataclass(f.default_factory) and isinstance(value, DictConfig):
+            value = build(f.default_factory, value)
+        elif isinstance(value, DictConfig | ListConfig):
+            value = OmegaConf.to_container(value, resolve=True)
+        values[f.name] = value
+    return schema(**values)
 
 
 # Trainer arguments the run sets itself, and the config key that controls each.
