@@ -339,15 +339,24 @@ class RunDir:
         return read_json(self.results_file, corrupt_ok=True)
 
     def snapshot(self) -> Snapshot:
-        """The directory's :class:`Snapshot`."""
+        """The directory's :class:`Snapshot`. A results.json this process may not read counts
+        as damaged, and a checkpoints/ it may not list as holding weights (a shared run
+        directory of another user: refused rather than taken for an empty one)."""
         status, has_results = self.status(), self.results_file.exists()
-        weights = self.ckpt_dir.is_dir() and any(
-            p.suffix in (".ckpt", ".pt") for p in self.ckpt_dir.iterdir()
-        )
+        try:
+            results = self.results() if has_results else None
+        except OSError:
+            results = None
+        try:
+            weights = self.ckpt_dir.is_dir() and any(
+                p.suffix in (".ckpt", ".pt") for p in self.ckpt_dir.iterdir()
+            )
+        except OSError:
+            weights = True
         return Snapshot(
             status=status,
             status_damaged=status is None and self.status_file.exists(),
-            results=self.results() if has_results else None,
+            results=results,
             has_results=has_results,
             has_last=self.last_ckpt.exists(),
             trained=has_results or weights,

@@ -1,4 +1,5 @@
-"""Config identity: is the run on disk the configuration that was asked for?
+"""Config identity: is the run on disk the configuration that was asked for (and, for a run
+that resumes or is scored, does this process number its task's tokens as it did)?
 
 A run directory holds one configuration. Before a finished run is skipped or a killed one is
 resumed, the stored resolved config (``config.yaml``) is compared with the requested one over
@@ -15,6 +16,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from rlt import families, rundir
+from rlt.tasks import vocab
 from rlt.training import optim
 
 # Keys (dotted prefixes) that never change a run's results.
@@ -173,3 +175,33 @@ def stored_config(run_dir: Path) -> dict[str, Any] | None:
 
 def requested_config(cfg: DictConfig) -> dict[str, Any]:
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+# What a run's token ids are: a stopped run resumes, and a kept checkpoint is scored, only with
+# the ids it trained with (plugins can add tokens and move a task's).
+def added_tokens(spec: Any) -> list[str]:
+    """The tokens past the shared 140 that this run's model reads, numbered as this process's
+    plugins number them (status.json ``added_tokens``; [] for the built-in tasks)."""
+    return vocab.added(spec.task.vocab_size)
+
+
+def tokens_mismatch(spec: Any, status: dict[str, Any]) -> str | None:
+    """How the token ids a run started with (``status``'s ``added_tokens``) differ from this
+    process's, or None. A run started before the record resumes as it did then."""
+    started = status.get("added_tokens")
+    now = added_tokens(spec)
+    if not isinstance(started, list) or started == now:
+        return None
+
+    def ids(table: list[str]) -> str:
+        if not table:
+            return "[] (none: a model of the shared 140)"
+        first, last = vocab.VOCAB_SIZE, vocab.VOCAB_SIZE + len(table) - 1
+        return f"{table} ({f'ids {first}-{last}' if last > first else f'id {first}'})"
+
+    return f"its task's tokens past the shared 140 were {ids(started)}, and here {ids(now)}"
+
+
+def plugins_override(names: Any) -> str:
+    """``plugins=[a,b]`` as a command line gives it."""
+    return "plugins=[" + ",".join(str(n) for n in (names or [])) + "]"

@@ -15,7 +15,6 @@ from torch import nn
 from rlt import portable, rundir
 from rlt.training import identity
 from rlt.training.checkpoints import load_weights, restore
-from rlt.training.lifecycle import tokens_mismatch
 from rlt.training.spec import ConfigError, RunSpec, prepare
 
 
@@ -72,7 +71,7 @@ def load_kept(run_dir: str | Path, policy: str = "min_val_loss", overrides=()) -
     cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
     spec = prepare(cfg, on_this_machine=True, scoring=True)
     status = run.status() or {}
-    if (why := tokens_mismatch(spec, status)) is not None:  # plugins renumbered them
+    if (why := identity.tokens_mismatch(spec, status)) is not None:  # plugins renumbered them
         raise ConfigError(
             f"cannot score {run_dir}: {why}, so its embedding and output rows would stand for "
             "other tokens; score it with the plugins it was trained with"

@@ -2,7 +2,8 @@
 written: skip it (done), repair it (a damaged status or results file), refuse it (another
 configuration, another CPU arithmetic or token numbering, an unreadable checkpoint), resume it
 from last.ckpt, continue a retrain stopped part-way, or start it. Each decision reads the
-directory once (:meth:`rlt.rundir.RunDir.snapshot`); run.py carries it out.
+directory's state files once (:meth:`rlt.rundir.RunDir.snapshot`: status, results, which
+checkpoints exist), and config.yaml or last.ckpt where it needs them; run.py carries it out.
 
     check              the config validated and the directory checked, writing nothing
                        (train.py's precheck of a whole grid calls it too)
@@ -12,6 +13,7 @@ directory once (:meth:`rlt.rundir.RunDir.snapshot`); run.py carries it out.
     check_checkpoint   last.ckpt loads, and this version wrote it
     check_writable     the run directory takes files
 
+The token ids a run started with are compared by rlt/training/identity.py (``tokens_mismatch``).
 Refusals are :class:`ConfigError` lines naming the fix; a finished run is only ever skipped.
 """
 
@@ -26,9 +28,9 @@ from omegaconf import DictConfig
 
 from rlt import portable, rundir
 from rlt.rundir import Snapshot
-from rlt.tasks import vocab
 from rlt.training import hydra_env, identity, slurm
 from rlt.training.callbacks import RunRecord
+from rlt.training.identity import added_tokens, plugins_override, tokens_mismatch
 from rlt.training.results import say
 from rlt.training.spec import ConfigError, RunSpec, check_writable_root, prepare
 
@@ -203,34 +205,6 @@ def _check_resumable(spec: RunSpec, disk: Snapshot) -> None:
         f"tokens. Nothing was changed: resume it with {started}, train the new plugin set "
         "elsewhere (root=DIR or sweep_name=NAME), or retrain it here with force=true."
     )
-
-
-def added_tokens(spec: RunSpec) -> list[str]:
-    """The tokens past the shared 140 that this run's model reads, numbered as this process's
-    plugins number them (status.json ``added_tokens``; [] for the built-in tasks)."""
-    return vocab.added(spec.task.vocab_size)
-
-
-def tokens_mismatch(spec: RunSpec, status: dict[str, Any]) -> str | None:
-    """How the token ids a run started with (``status``'s ``added_tokens``) differ from this
-    process's, or None. A run started before the record resumes as it did then."""
-    started = status.get("added_tokens")
-    now = added_tokens(spec)
-    if not isinstance(started, list) or started == now:
-        return None
-
-    def ids(table: list[str]) -> str:
-        if not table:
-            return "[] (none: a model of the shared 140)"
-        first, last = vocab.VOCAB_SIZE, vocab.VOCAB_SIZE + len(table) - 1
-        return f"{table} ({f'ids {first}-{last}' if last > first else f'id {first}'})"
-
-    return f"its task's tokens past the shared 140 were {ids(started)}, and here {ids(now)}"
-
-
-def plugins_override(names: Any) -> str:
-    """``plugins=[a,b]`` as a command line gives it."""
-    return "plugins=[" + ",".join(str(n) for n in (names or [])) + "]"
 
 
 def continues_retrain(spec: RunSpec) -> bool:

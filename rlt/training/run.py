@@ -2,7 +2,7 @@
 lifecycle.py), the lock, training and evaluation, and a stop or failure recorded. The other
 concerns live next to it:
 
-    spec.py           the config, validated, as a RunSpec (prepare, trainer_args)
+    spec.py           the config, validated, as a RunSpec (prepare)
     lifecycle.py      what the run directory holds decides: skip, repair, refuse, resume
     trainer_setup.py  threads, devices, loggers; the module, step paths and callbacks
     callbacks.py      the run's record of each validation, progress, diagnostics

@@ -1,4 +1,6 @@
-"""What a run reads of its config once ``prepare`` has validated it, as plain values.
+"""What a run reads of its config, as plain values (:class:`Settings`), built once the schema
+has checked it (:func:`settings_from`, which also checks what the settings import: the Trainer
+arguments, the optimizer and schedule targets, the extra callbacks).
 
 Past ``prepare`` nothing reads the Hydra config: the trainer, the module, the callbacks, the
 evaluation and the loggers take the ``RunSpec`` and its ``Settings``, so they can be built
