@@ -6,7 +6,8 @@ directory's state files once (:meth:`rlt.rundir.RunDir.snapshot`: status, result
 checkpoints exist), and config.yaml or last.ckpt where it needs them; run.py carries it out.
 
     check              the config validated and the directory checked, writing nothing
-                       (train.py's precheck of a whole grid calls it too)
+                       (train.py's precheck of a whole grid calls it too); ``checked``: the
+                       same, with the directory's snapshot it judged
     finished           a done run with readable results is skipped
     begin              with the lock held: resume or start, and write what a start writes
     continues_retrain  force=true meets its own retrain, stopped part-way
@@ -45,25 +46,35 @@ def check(cfg: DictConfig, *, where: bool = True, on_this_machine: bool = True) 
     run directory (its identity, a writable root): precheck cannot know the directory when
     ``hydra.run.dir`` / ``hydra.sweep.dir`` move it, and the run checks it itself.
     ``on_this_machine=False``: the jobs train elsewhere (SLURM), no CUDA check here."""
+    return checked(cfg, where=where, on_this_machine=on_this_machine)[0]
+
+
+def checked(
+    cfg: DictConfig, *, where: bool = True, on_this_machine: bool = True
+) -> tuple[RunSpec, Snapshot | None]:
+    """:func:`check`, and the snapshot of the run directory it judged (None with
+    ``where=False``), from which the run then decides whether it is finished."""
     spec = prepare(cfg, on_this_machine=on_this_machine)
-    if where:
-        check_writable_root(spec.run_dir)
-        if not spec.settings.force:
-            disk = spec.dir.snapshot()
-            _check_same_config(spec, disk)
-            if spec.settings.resume and on_this_machine:  # a SLURM job checks on its own node
-                _check_resumable(spec, disk)
-    return spec
+    if not where:
+        return spec, None
+    check_writable_root(spec.run_dir)
+    disk = spec.dir.snapshot()
+    if not spec.settings.force:
+        _check_same_config(spec, disk)
+        if spec.settings.resume and on_this_machine:  # a SLURM job checks on its own node
+            _check_resumable(spec, disk)
+    return spec, disk
 
 
 # --------------------------------------------------------------------------------------------
 # Skip or repair
 # --------------------------------------------------------------------------------------------
-def finished(spec: RunSpec) -> bool:
-    """Whether the run is done and its results readable (then it is skipped). A done run whose
-    results.json does not parse is evaluated again from its checkpoints ("[repair]"); a run
-    whose status.json is damaged but whose results.json is complete gets its status back."""
-    disk, force = spec.dir.snapshot(), spec.settings.force
+def finished(spec: RunSpec, disk: Snapshot) -> bool:
+    """Whether the run is done and its results readable (then it is skipped), from the
+    directory's snapshot. A done run whose results.json does not parse is evaluated again from
+    its checkpoints ("[repair]"); a run whose status.json is damaged but whose results.json is
+    complete gets its status back."""
+    force = spec.settings.force
     if disk.status_damaged and not force:
         curve = (disk.results or {}).get("val_curve") or []
         if curve and all(isinstance(r, dict) and {"step", "acc"} <= set(r) for r in curve):

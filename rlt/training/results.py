@@ -7,6 +7,7 @@ import hashlib
 import os
 import platform
 import sys
+import time
 from typing import Any
 
 import torch
@@ -82,6 +83,27 @@ def evaluate_policies(
             for p in policies
         }
     return by_policy, by_budget
+
+
+def probe(spec, model: torch.nn.Module) -> dict[str, Any] | None:
+    """``evaluate.probe``: the linear state probe of the selected (min_val_loss) checkpoint, or
+    None where it is off or the task has no running target."""
+    from rlt import state_probe
+
+    setting = spec.settings.probe
+    if setting in (False, "off") or (setting == "auto" and not state_probe.has_target(spec.task)):
+        return None
+    ckpt = load_weights(spec.dir.policy_file("min_val_loss"))
+    restore(model, ckpt, spec)  # as evaluated: the last training stage's chunk size
+    start = time.perf_counter()
+    block = state_probe.probe_model(
+        model, spec.task, spec.test_lengths, n_test=spec.settings.scale.n_test
+    )
+    block = {"policy": "min_val_loss", "step": int(ckpt["step"]), **block}
+    block["seconds"] = round(time.perf_counter() - start, 2)
+    say(f"  state probe of the min_val_loss checkpoint ({block['seconds']:.1f} s):")
+    say("  " + state_probe.format_probe(block).replace("\n", "\n  "))
+    return block
 
 
 def assemble(

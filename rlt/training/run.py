@@ -28,8 +28,15 @@ from omegaconf import DictConfig
 
 from rlt import rundir
 from rlt.training import hydra_env, slurm
-from rlt.training.lifecycle import begin, check, check_writable, finished
-from rlt.training.results import assemble, evaluate_policies, print_table, say, write_done
+from rlt.training.lifecycle import begin, check_writable, checked, finished
+from rlt.training.results import (
+    assemble,
+    evaluate_policies,
+    print_table,
+    probe,
+    say,
+    write_done,
+)
 from rlt.training.spec import RunSpec
 from rlt.training.trainer_setup import (
     build_module,
@@ -50,11 +57,11 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
     """Train, select, evaluate and record one run. Returns ``{"state", "run_dir", ...}`` where
     state is one of done / skipped / resumed / failed / interrupted / busy (a run SLURM
     requeued leaves with SystemExit, see :func:`_stopped`)."""
-    spec = check(cfg)
+    spec, disk = checked(cfg)
     run_dir, d = spec.run_dir, spec.dir
     cell = spec.identity["cell"]
     s = spec.settings
-    if finished(spec):
+    if finished(spec, disk):
         say(f"[skipped] {cell}: already done; results in {d.results_file} (force=true retrains)")
         if s.print_table and not hydra_env.is_multirun():
             with contextlib.suppress(Exception):
@@ -186,6 +193,7 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
     fit_seconds = time.perf_counter() - fit_start
 
     by_policy, by_budget = evaluate_policies(spec, module.model, dm, recorder)
+    probed = probe(spec, module.model)  # the state probe of the selected checkpoint, if asked
     results = assemble(
         spec,
         recorder,
@@ -193,7 +201,7 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
         by_budget=by_budget,
         n_params=module.model.num_parameters(),
         step_paths=step_paths,
-        probe=_probe(spec, module.model),
+        probe=probed,
         fit_seconds=fit_seconds,
     )
     write_done(spec, trainer.global_step, recorder, results)
@@ -201,25 +209,3 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
     if s.print_table:
         print_table(results)
     return results
-
-
-def _probe(spec: RunSpec, model: torch.nn.Module) -> dict[str, Any] | None:
-    """``evaluate.probe``: the linear state probe of the selected (min_val_loss) checkpoint, or
-    None where it is off or the task has no running target."""
-    from rlt import state_probe as probe
-    from rlt.training.checkpoints import load_weights, restore
-
-    setting = spec.settings.probe
-    if setting in (False, "off") or (setting == "auto" and not probe.has_target(spec.task)):
-        return None
-    ckpt = load_weights(spec.dir.policy_file("min_val_loss"))
-    restore(model, ckpt, spec)  # as evaluated: the last training stage's chunk size
-    start = time.perf_counter()
-    block = probe.probe_model(
-        model, spec.task, spec.test_lengths, n_test=spec.settings.scale.n_test
-    )
-    block = {"policy": "min_val_loss", "step": int(ckpt["step"]), **block}
-    block["seconds"] = round(time.perf_counter() - start, 2)
-    say(f"  state probe of the min_val_loss checkpoint ({block['seconds']:.1f} s):")
-    say("  " + probe.format_probe(block).replace("\n", "\n  "))
-    return block

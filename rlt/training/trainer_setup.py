@@ -389,6 +389,7 @@ def run_callbacks(spec: RunSpec, dm, live_bar: bool) -> tuple[RunRecord, list]:
     the record, so it sees a stop at the validation it follows; diagnostics, the feedback
     schedule and progress output as the config asks; the checkpoints last."""
     s, run_dir = spec.settings, spec.run_dir
+    keep = run_checkpoints(run_dir, s.callbacks.policies, s.callbacks.budgets)
     stops = []
     if s.callbacks.early_stop.val_acc is not None:
         stops.append(StopAtValAcc(s.callbacks.early_stop.val_acc, s.callbacks.early_stop.patience))
@@ -426,4 +427,4 @@ def run_callbacks(spec: RunSpec, dm, live_bar: bool) -> tuple[RunRecord, list]:
                 every_seconds=s.trainer.progress_seconds,
             )
         )
-    return record, callbacks + run_checkpoints(run_dir, s.callbacks.policies, s.callbacks.budgets)
+    return record, callbacks + keep
