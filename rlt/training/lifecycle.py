@@ -226,17 +226,20 @@ def continues_retrain(spec: RunSpec) -> bool:
     status = disk.status or {}
     if not status.get("retrain") or disk.state in ("done", "failed"):
         return False  # a failed retrain starts again from scratch under force=true
-    if portable.resume_mismatch(status.get("portable"), status.get("arithmetic")) is not None:
-        return False  # begun in the other CPU arithmetic: force=true starts it anew
-    if tokens_mismatch(spec, status) is not None:
-        return False  # begun with other token ids (another plugin set): started anew too
     if not disk.has_last or disk.has_results:
         return False
+    if portable.resume_mismatch(status.get("portable"), status.get("arithmetic")) is not None:
+        return False  # begun in the other CPU arithmetic: force=true starts it anew
     try:
         check_checkpoint(spec.dir.last_ckpt)
+    except ConfigError:
+        return False  # an unreadable checkpoint: force=true starts again
+    if tokens_mismatch(spec, status) is not None:
+        return False  # begun with other token ids (another plugin set): started anew too
+    try:
         stored = identity.stored_config(spec.run_dir)
-    except (ConfigError, identity.UnreadableConfig):
-        return False  # an unreadable checkpoint or config: force=true starts again
+    except identity.UnreadableConfig:
+        return False  # an unreadable config: started anew too
     return stored is not None and not identity.config_differences(stored, spec.settings.resolved)
 
 

@@ -1,5 +1,6 @@
 """Evaluation and results: each checkpoint policy's weights evaluated on the test lengths,
-assembled into results.json (schema in README), and the summaries printed or logged from it."""
+assembled into results.json (schema: docs/DESIGN.md section 4) with the state probe of the
+selected checkpoint, and the summaries printed, or logged to W&B, from it."""
 
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ def evaluate_policies(
                 f"{path} holds step {step}, but {policy} chose step {chosen['step']} {within}; "
                 "rerun with force=true"
             )
+        interval = eval_interval(spec, ckpt)  # the chunk size restore sets
         if step not in by_step:
             restore(model, ckpt, spec)
             say(f"  evaluating {path.stem} checkpoint (step {step}) on lengths {spec.test_lengths}")
@@ -59,7 +61,7 @@ def evaluate_policies(
             )
         return {
             "step": step,
-            "feedback_interval": eval_interval(spec, ckpt),
+            "feedback_interval": interval,
             "val": {k: v for k, v in chosen.items() if k != "step"},
             "rows": by_step[step],
         }
@@ -177,6 +179,57 @@ def write_done(spec, step: int, recorder: RunRecord, results: dict) -> None:
         best_val_acc=max(r["acc"] for r in recorder.val_curve),
         retrain=None,
     )
+
+
+def log_results(loggers: list, results: dict[str, Any]) -> None:
+    """The results to the W&B run (its length table, probe table and summary), if one logs."""
+    for logger in loggers:
+        if type(logger).__name__ != "WandbLogger":
+            continue
+        import wandb
+
+        rows = [
+            [policy, r["length"], r["metric"], r["value"]]
+            for policy, block in results["test_by_policy"].items()
+            for r in block["rows"]
+        ]
+        logger.experiment.log(
+            {
+                "test/length_generalization": wandb.Table(
+                    columns=["policy", "length", "metric", "value"], data=rows
+                )
+            }
+        )
+        probe = probe_rows(results)
+        if probe:
+            logger.experiment.log(
+                {
+                    "probe/by_position": wandb.Table(
+                        columns=["target", "length", "bucket", "acc"], data=probe
+                    )
+                }
+            )
+        logger.experiment.summary.update(
+            {
+                "params": results["params"],
+                "best_step": results["selection"]["step"],
+                "sec_per_step": results["timing"]["sec_per_step"],
+                **summary_by_length(results),
+                **{f"probe/{t}/{b}": v for t, length, b, v in probe if length == "all"},
+            }
+        )
+        wandb.finish()
+
+
+def probe_rows(results: dict[str, Any]) -> list[list[Any]]:
+    """The results.json probe as rows (target, test length or "all", bucket, accuracy %)."""
+    block = results.get("probe") or {}
+    rows = []
+    for name, t in (block.get("targets") or {}).items():
+        rows += [[name, "all", b, v] for b, v in t.get("by_bucket", {}).items()]
+        for length, rec in t.get("by_length", {}).items():
+            rows += [[name, length, b, v] for b, v in rec.get("buckets", {}).items()]
+    return rows
 
 
 def versions() -> dict[str, str]:

@@ -32,6 +32,7 @@ from rlt.training.lifecycle import begin, check_writable, checked, finished
 from rlt.training.results import (
     assemble,
     evaluate_policies,
+    log_results,
     print_table,
     probe,
     say,
@@ -42,7 +43,6 @@ from rlt.training.trainer_setup import (
     build_module,
     build_trainer,
     choose_step_paths,
-    log_results,
     make_loggers,
     quiet_lightning,
     resolve_threads,

@@ -21,7 +21,6 @@ from rlt.training.callbacks import (
     step_progress_bar,
 )
 from rlt.training.checkpoints import StopAtValAcc, run_checkpoints
-from rlt.training.results import summary_by_length
 from rlt.training.settings import Settings
 from rlt.training.spec import RunSpec
 
@@ -249,56 +248,6 @@ def _write_csv(path: Path, header: list[str], rows: list[dict]) -> None:
         writer = csv.DictWriter(f, fieldnames=header)
         writer.writeheader()
         writer.writerows(rows)
-
-
-def log_results(loggers: list, results: dict[str, Any]) -> None:
-    for logger in loggers:
-        if type(logger).__name__ != "WandbLogger":
-            continue
-        import wandb
-
-        rows = [
-            [policy, r["length"], r["metric"], r["value"]]
-            for policy, block in results["test_by_policy"].items()
-            for r in block["rows"]
-        ]
-        logger.experiment.log(
-            {
-                "test/length_generalization": wandb.Table(
-                    columns=["policy", "length", "metric", "value"], data=rows
-                )
-            }
-        )
-        probe = probe_rows(results)
-        if probe:
-            logger.experiment.log(
-                {
-                    "probe/by_position": wandb.Table(
-                        columns=["target", "length", "bucket", "acc"], data=probe
-                    )
-                }
-            )
-        logger.experiment.summary.update(
-            {
-                "params": results["params"],
-                "best_step": results["selection"]["step"],
-                "sec_per_step": results["timing"]["sec_per_step"],
-                **summary_by_length(results),
-                **{f"probe/{t}/{b}": v for t, length, b, v in probe if length == "all"},
-            }
-        )
-        wandb.finish()
-
-
-def probe_rows(results: dict[str, Any]) -> list[list[Any]]:
-    """The results.json probe as rows (target, test length or "all", bucket, accuracy %)."""
-    block = results.get("probe") or {}
-    rows = []
-    for name, t in (block.get("targets") or {}).items():
-        rows += [[name, "all", b, v] for b, v in t.get("by_bucket", {}).items()]
-        for length, rec in t.get("by_length", {}).items():
-            rows += [[name, length, b, v] for b, v in rec.get("buckets", {}).items()]
-    return rows
 
 
 def build_trainer(spec: RunSpec, callbacks: list, loggers: list, live_bar: bool):
