@@ -200,12 +200,12 @@ def log_results(loggers: list, results: dict[str, Any]) -> None:
                 )
             }
         )
-        probe = probe_rows(results)
-        if probe:
+        probe_table = probe_rows(results)
+        if probe_table:
             logger.experiment.log(
                 {
                     "probe/by_position": wandb.Table(
-                        columns=["target", "length", "bucket", "acc"], data=probe
+                        columns=["target", "length", "bucket", "acc"], data=probe_table
                     )
                 }
             )
@@ -215,7 +215,7 @@ def log_results(loggers: list, results: dict[str, Any]) -> None:
                 "best_step": results["selection"]["step"],
                 "sec_per_step": results["timing"]["sec_per_step"],
                 **summary_by_length(results),
-                **{f"probe/{t}/{b}": v for t, length, b, v in probe if length == "all"},
+                **{f"probe/{t}/{b}": v for t, length, b, v in probe_table if length == "all"},
             }
         )
         wandb.finish()
