@@ -1,23 +1,35 @@
-"""Config identity: is the run on disk the configuration that was asked for (and, for a run
-that resumes or is scored, does this process number its task's tokens as it did)?
+"""Identity: is the run on disk the one that was asked for? The same configuration, and, for a
+run that resumes or is scored, the CPU arithmetic and token numbering it started with.
 
 A run directory holds one configuration. Before a finished run is skipped or a killed one is
 resumed, the stored resolved config (``config.yaml``) is compared with the requested one over
 every key that can change results; run-control keys (threads, progress output, printing,
-resume/force, loggers, where the directory lives) are left out.
+resume/force, loggers, where the directory lives) are left out. What a run starts with beyond
+its config (``started_with``: the arithmetic, the token ids past the shared 140) goes into its
+status.json, and a stopped run resumes only where this process has the same.
+
+    check_same_config  refuse a directory holding another (or an unreadable) configuration
+    check_resumable    refuse to resume in another arithmetic or token numbering
+    same_run           all three agree (a forced retrain stopped part-way continues then)
+    started_with       the status fields a fresh run records
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from rlt import families, rundir
+from rlt import families, portable, rundir
+from rlt.rundir import Snapshot
 from rlt.tasks import vocab
 from rlt.training import optim
+from rlt.training.settings import ConfigError
+
+if TYPE_CHECKING:
+    from rlt.training.spec import RunSpec
 
 # Keys (dotted prefixes) that never change a run's results.
 RUN_CONTROL = (
@@ -205,3 +217,134 @@ def tokens_mismatch(spec: Any, status: dict[str, Any]) -> str | None:
 def plugins_override(names: Any) -> str:
     """``plugins=[a,b]`` as a command line gives it."""
     return "plugins=[" + ",".join(str(n) for n in (names or [])) + "]"
+
+
+def started_with(spec: RunSpec) -> dict[str, Any]:
+    """The status fields a fresh run records beyond its config: the CPU arithmetic it trains in
+    (rlt/portable/) and its token ids past the shared 140. A stopped run resumes only in the
+    same (:func:`check_resumable`)."""
+    return {
+        "portable": portable.active(),
+        "arithmetic": portable.variables(),
+        "added_tokens": added_tokens(spec),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# The refusals: a directory that holds another run is never skipped, resumed or overwritten
+# --------------------------------------------------------------------------------------------
+def check_same_config(spec: RunSpec, disk: Snapshot) -> None:
+    """Refuse to skip or resume a run directory that holds another configuration, or one whose
+    stored configuration cannot be read. A directory that never trained (no results, no
+    checkpoint: e.g. a run that failed before its first step) holds nothing to protect."""
+    if not disk.trained:
+        return
+    try:
+        stored = stored_config(spec.run_dir)
+    except UnreadableConfig as e:
+        raise ConfigError(
+            f"{e}, so it cannot be told whether the run in {spec.run_dir} is the configuration "
+            "asked for. Nothing was changed. Rerun with force=true to retrain it (its old "
+            "results are set aside), or restore the file."
+        ) from e
+    if stored is None:
+        return
+    diffs = config_differences(stored, spec.settings.resolved, trained_to_end=_trained_to_end(disk))
+    if not diffs:
+        return
+    listing = "\n  ".join(diffs)
+    raise ConfigError(
+        f"{spec.run_dir} holds a run of another configuration; these keys differ "
+        f"(stored -> requested):\n  {listing}\n"
+        "Nothing was changed. Either rerun with force=true to retrain this directory with the "
+        "new values (its old results are replaced), or keep both: "
+        + (_variant_hint(diffs, spec.settings.resolved) or "give the new run its own place: ")
+        + "root=DIR or sweep_name=NAME."
+    )
+
+
+def _trained_to_end(disk: Snapshot) -> bool:
+    """Whether the run is done and trained its full step count (its early stop, if it had
+    one, never fired)."""
+    results = disk.results
+    if not isinstance(results, dict) or results.get("stopped_early") is not None:
+        return False
+    return disk.state == "done" and (disk.status or {}).get("step") == results.get("max_steps")
+
+
+def _variant_hint(diffs: list[str], requested: dict[str, Any]) -> str | None:
+    """Where only model keys differ, the request is a variant of the stored model: the fix is
+    its own name and label (its own directory and table column), not another root."""
+    keys = [line.split(":", 1)[0] for line in diffs]
+    if not all(k.startswith("model.") for k in keys) or "model.name" in keys:
+        return None
+    model = requested.get("model") or {}
+    name, label = model.get("name"), model.get("label") or model.get("name")
+    key = keys[0].removeprefix("model.")
+    value = model.get(key)
+    shown = value if isinstance(value, (int, float, str, bool)) else "X"
+    suffix = f"{key}{shown}".replace(".", "").replace("-", "m").replace(" ", "")
+    return (
+        f"this is a variant of model {name}, so give it its own name and label (its own "
+        f"directory and table column), e.g. model.name={name}_{suffix} "
+        f"\"model.label='{label} {key}={shown}'\" (or a file conf/model/{name}_{suffix}.yaml, "
+        "see docs/EXTENDING.md, to sweep both with -m model=...); or give the new run another "
+        "place: "
+    )
+
+
+def _resuming(disk: Snapshot) -> dict[str, Any] | None:
+    """The status of a run that this command would continue from its last.ckpt, or None: no
+    checkpoint, a status that does not parse (what it started with is not known), or a finished
+    run (done, with readable results: it is skipped and its checkpoint never loaded)."""
+    if not disk.has_last or disk.status is None:
+        return None
+    if disk.state == "done" and disk.results is not None:
+        return None
+    return disk.status
+
+
+def check_resumable(spec: RunSpec, disk: Snapshot) -> None:
+    """Refuse to resume a stopped run in another CPU arithmetic than it started in
+    (rlt/portable/: its numbers would change mid-run), or one whose task's tokens this process
+    numbers otherwise (a plugin added whose tokens sort before the task's moves its ids: two
+    swapped ids would resume silently with the embedding rows exchanged). A plugin that leaves
+    the table as it was (a family, a metric, tokens after the task's) changes nothing."""
+    status = _resuming(disk)
+    if status is None:
+        return
+    why = portable.resume_mismatch(status.get("portable"), status.get("arithmetic"))
+    if why is not None:
+        raise ConfigError(
+            f"cannot resume {spec.run_dir}: {why}. Nothing was changed; force=true retrains it "
+            "from scratch in this process's arithmetic."
+        )
+    why = tokens_mismatch(spec, status)
+    if why is None:
+        return
+    try:
+        stored = stored_config(spec.run_dir) or {}
+    except UnreadableConfig:
+        stored = {}
+    started = plugins_override(stored.get("plugins"))
+    asked = plugins_override(spec.settings.plugins)
+    raise ConfigError(
+        f"cannot resume {spec.run_dir}: it started with {started} and this run asks for "
+        f"{asked}; {why}, so its checkpoint's embedding and output rows would stand for other "
+        f"tokens. Nothing was changed: resume it with {started}, train the new plugin set "
+        "elsewhere (root=DIR or sweep_name=NAME), or retrain it here with force=true."
+    )
+
+
+def same_run(spec: RunSpec, status: dict[str, Any]) -> bool:
+    """Whether the directory's run is the requested one in every respect a resume needs: this
+    arithmetic, this token numbering, and this configuration stored (readable)."""
+    if portable.resume_mismatch(status.get("portable"), status.get("arithmetic")) is not None:
+        return False
+    if tokens_mismatch(spec, status) is not None:
+        return False
+    try:
+        stored = stored_config(spec.run_dir)
+    except UnreadableConfig:
+        return False
+    return stored is not None and not config_differences(stored, spec.settings.resolved)

@@ -14,8 +14,8 @@ checkpoints exist), and config.yaml or last.ckpt where it needs them; run.py car
     check_checkpoint   last.ckpt loads, and this version wrote it
     check_writable     the run directory takes files
 
-The token ids a run started with are compared by rlt/training/identity.py (``tokens_mismatch``).
-Refusals are :class:`ConfigError` lines naming the fix; a finished run is only ever skipped.
+Whether the directory holds the run asked for (its config, and the arithmetic and token ids
+it started with) is rlt/training/identity.py's to say. Refusals are :class:`ConfigError` lines naming the fix; a finished run is only ever skipped.
 """
 
 from __future__ import annotations
@@ -27,11 +27,10 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from rlt import portable, rundir
+from rlt import rundir
 from rlt.rundir import Snapshot
 from rlt.training import hydra_env, identity, slurm
 from rlt.training.callbacks import RunRecord
-from rlt.training.identity import added_tokens, plugins_override, tokens_mismatch
 from rlt.training.results import say
 from rlt.training.spec import ConfigError, RunSpec, check_writable_root, prepare
 
@@ -60,9 +59,9 @@ def checked(
     check_writable_root(spec.run_dir)
     disk = spec.dir.snapshot()
     if not spec.settings.force:
-        _check_same_config(spec, disk)
+        identity.check_same_config(spec, disk)
         if spec.settings.resume and on_this_machine:  # a SLURM job checks on its own node
-            _check_resumable(spec, disk)
+            identity.check_resumable(spec, disk)
     return spec, disk
 
 
@@ -107,117 +106,6 @@ def _restore_done_status(spec: RunSpec, results: dict[str, Any]) -> None:
     )
 
 
-# --------------------------------------------------------------------------------------------
-# The same configuration
-# --------------------------------------------------------------------------------------------
-def _check_same_config(spec: RunSpec, disk: Snapshot) -> None:
-    """Refuse to skip or resume a run directory that holds another configuration, or one whose
-    stored configuration cannot be read. A directory that never trained (no results, no
-    checkpoint: e.g. a run that failed before its first step) holds nothing to protect."""
-    if not disk.trained:
-        return
-    try:
-        stored = identity.stored_config(spec.run_dir)
-    except identity.UnreadableConfig as e:
-        raise ConfigError(
-            f"{e}, so it cannot be told whether the run in {spec.run_dir} is the configuration "
-            "asked for. Nothing was changed. Rerun with force=true to retrain it (its old "
-            "results are set aside), or restore the file."
-        ) from e
-    if stored is None:
-        return
-    diffs = identity.config_differences(
-        stored, spec.settings.resolved, trained_to_end=_trained_to_end(disk)
-    )
-    if not diffs:
-        return
-    listing = "\n  ".join(diffs)
-    raise ConfigError(
-        f"{spec.run_dir} holds a run of another configuration; these keys differ "
-        f"(stored -> requested):\n  {listing}\n"
-        "Nothing was changed. Either rerun with force=true to retrain this directory with the "
-        "new values (its old results are replaced), or keep both: "
-        + (_variant_hint(diffs, spec.settings.resolved) or "give the new run its own place: ")
-        + "root=DIR or sweep_name=NAME."
-    )
-
-
-def _trained_to_end(disk: Snapshot) -> bool:
-    """Whether the run is done and trained its full step count (its early stop, if it had
-    one, never fired)."""
-    results = disk.results
-    if not isinstance(results, dict) or results.get("stopped_early") is not None:
-        return False
-    return disk.state == "done" and (disk.status or {}).get("step") == results.get("max_steps")
-
-
-def _variant_hint(diffs: list[str], requested: dict[str, Any]) -> str | None:
-    """Where only model keys differ, the request is a variant of the stored model: the fix is
-    its own name and label (its own directory and table column), not another root."""
-    keys = [line.split(":", 1)[0] for line in diffs]
-    if not all(k.startswith("model.") for k in keys) or "model.name" in keys:
-        return None
-    model = requested.get("model") or {}
-    name, label = model.get("name"), model.get("label") or model.get("name")
-    key = keys[0].removeprefix("model.")
-    value = model.get(key)
-    shown = value if isinstance(value, (int, float, str, bool)) else "X"
-    suffix = f"{key}{shown}".replace(".", "").replace("-", "m").replace(" ", "")
-    return (
-        f"this is a variant of model {name}, so give it its own name and label (its own "
-        f"directory and table column), e.g. model.name={name}_{suffix} "
-        f"\"model.label='{label} {key}={shown}'\" (or a file conf/model/{name}_{suffix}.yaml, "
-        "see docs/EXTENDING.md, to sweep both with -m model=...); or give the new run another "
-        "place: "
-    )
-
-
-# --------------------------------------------------------------------------------------------
-# Resuming: what a stopped run shares with the process that continues it, beyond its config
-# --------------------------------------------------------------------------------------------
-def _resuming(disk: Snapshot) -> dict[str, Any] | None:
-    """The status of a run that this command would continue from its last.ckpt, or None: no
-    checkpoint, a status that does not parse (what it started with is not known), or a finished
-    run (done, with readable results: it is skipped and its checkpoint never loaded)."""
-    if not disk.has_last or disk.status is None:
-        return None
-    if disk.state == "done" and disk.results is not None:
-        return None
-    return disk.status
-
-
-def _check_resumable(spec: RunSpec, disk: Snapshot) -> None:
-    """Refuse to resume a stopped run in another CPU arithmetic than it started in
-    (rlt/portable/: its numbers would change mid-run), or one whose task's tokens this process
-    numbers otherwise (a plugin added whose tokens sort before the task's moves its ids: two
-    swapped ids would resume silently with the embedding rows exchanged). A plugin that leaves
-    the table as it was (a family, a metric, tokens after the task's) changes nothing."""
-    status = _resuming(disk)
-    if status is None:
-        return
-    why = portable.resume_mismatch(status.get("portable"), status.get("arithmetic"))
-    if why is not None:
-        raise ConfigError(
-            f"cannot resume {spec.run_dir}: {why}. Nothing was changed; force=true retrains it "
-            "from scratch in this process's arithmetic."
-        )
-    why = tokens_mismatch(spec, status)
-    if why is None:
-        return
-    try:
-        stored = identity.stored_config(spec.run_dir) or {}
-    except identity.UnreadableConfig:
-        stored = {}
-    started = plugins_override(stored.get("plugins"))
-    asked = plugins_override(spec.settings.plugins)
-    raise ConfigError(
-        f"cannot resume {spec.run_dir}: it started with {started} and this run asks for "
-        f"{asked}; {why}, so its checkpoint's embedding and output rows would stand for other "
-        f"tokens. Nothing was changed: resume it with {started}, train the new plugin set "
-        "elsewhere (root=DIR or sweep_name=NAME), or retrain it here with force=true."
-    )
-
-
 def continues_retrain(spec: RunSpec) -> bool:
     """Whether ``force=true`` meets its own retrain, stopped part-way (status ``retrain``, no
     results yet, this configuration stored, in this arithmetic and token numbering): then it
@@ -228,19 +116,11 @@ def continues_retrain(spec: RunSpec) -> bool:
         return False  # a failed retrain starts again from scratch under force=true
     if not disk.has_last or disk.has_results:
         return False
-    if portable.resume_mismatch(status.get("portable"), status.get("arithmetic")) is not None:
-        return False  # begun in the other CPU arithmetic: force=true starts it anew
     try:
         check_checkpoint(spec.dir.last_ckpt)
     except ConfigError:
         return False  # an unreadable checkpoint: force=true starts again
-    if tokens_mismatch(spec, status) is not None:
-        return False  # begun with other token ids (another plugin set): started anew too
-    try:
-        stored = identity.stored_config(spec.run_dir)
-    except identity.UnreadableConfig:
-        return False  # an unreadable config: started anew too
-    return stored is not None and not identity.config_differences(stored, spec.settings.resolved)
+    return identity.same_run(spec, status)  # else begun in another arithmetic, token ids, config
 
 
 def check_checkpoint(path: Path) -> None:
@@ -272,6 +152,7 @@ def begin(spec: RunSpec) -> bool:
     s, d = spec.settings, spec.dir
     last = d.last_ckpt
     continuing = s.force and continues_retrain(spec)
+    record = identity.started_with(spec)
     resuming = s.resume and last.exists() and (not s.force or continuing)
     if s.force and not continuing:
         d.set_aside_results()
@@ -286,12 +167,7 @@ def begin(spec: RunSpec) -> bool:
         fresh = {} if continuing else {"stops": []}
         d.set_status("running", retrain=True, **fresh)
     if not resuming:  # a run resumes in the arithmetic and with the token ids it started in
-        d.set_status(
-            "running",
-            portable=portable.active(),
-            arithmetic=portable.variables(),
-            added_tokens=added_tokens(spec),
-        )
+        d.set_status("running", **record)
     if (job := slurm.job_info()) is not None:
         d.set_status("running", slurm=job)
     return resuming
