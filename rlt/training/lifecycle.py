@@ -11,7 +11,7 @@ checkpoints exist), and config.yaml or last.ckpt where it needs them; run.py car
     finished           a done run with readable results is skipped
     begin              with the lock held: resume or start, and write what a start writes
     continues_retrain  force=true meets its own retrain, stopped part-way
-    check_checkpoint   last.ckpt loads, and this version wrote it
+    check_checkpoint   last.ckpt loads, and this version wrote it (the step it holds)
     check_writable     the run directory takes files
 
 Whether the directory holds the run asked for (its config, and the arithmetic and token ids
@@ -123,11 +123,11 @@ def continues_retrain(spec: RunSpec) -> bool:
     return identity.same_run(spec, status)  # else begun in another arithmetic, token ids, config
 
 
-def check_checkpoint(path: Path) -> None:
-    """Fail with the fix spelled out when ``last.ckpt`` cannot be read."""
+def check_checkpoint(path: Path) -> int:
+    """The step ``last.ckpt`` holds; fail with the fix spelled out when it cannot be read."""
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        if "state_dict" not in ckpt or "loops" not in ckpt:
+        if not isinstance(ckpt, dict) or not {"state_dict", "loops", "global_step"} <= set(ckpt):
             raise ValueError("not a Lightning training checkpoint")
     except Exception as e:
         raise ConfigError(
@@ -142,13 +142,15 @@ def check_checkpoint(path: Path) -> None:
             "choices on. Finish the run with the rlt commit that started it, or rerun with "
             "force=true to retrain it."
         )
+    return int(ckpt["global_step"])
 
 
-def begin(spec: RunSpec) -> bool:
-    """With the run's lock held: whether the run resumes from its last.ckpt (a stopped run, or
-    a forced retrain stopped part-way) or starts (``force=true`` first sets the old results
-    aside); then what every start writes: config.yaml, Hydra's record, and the status (a retrain
-    in progress; the arithmetic and token ids a fresh run starts with; its SLURM job)."""
+def begin(spec: RunSpec) -> int | None:
+    """With the run's lock held: the step from which the run resumes its last.ckpt (a stopped
+    run, or a forced retrain stopped part-way), or None when it starts (``force=true`` first
+    sets the old results aside); then what every start writes: config.yaml, Hydra's record,
+    and the status (a retrain in progress; the arithmetic and token ids a fresh run starts
+    with; its SLURM job)."""
     s, d = spec.settings, spec.dir
     last = d.last_ckpt
     continuing = s.force and continues_retrain(spec)
@@ -157,8 +159,7 @@ def begin(spec: RunSpec) -> bool:
     if s.force and not continuing:
         d.set_aside_results()
         last.unlink(missing_ok=True)
-    if resuming:
-        check_checkpoint(last)
+    resume_step = check_checkpoint(last) if resuming else None
     d.write_config(s.config_yaml)
     hydra_env.save_hydra_files(s.unresolved_yaml, spec.run_dir)
     if s.force:
@@ -170,7 +171,7 @@ def begin(spec: RunSpec) -> bool:
         d.set_status("running", **record)
     if (job := slurm.job_info()) is not None:
         d.set_status("running", slurm=job)
-    return resuming
+    return resume_step
 
 
 def check_writable(run_dir: Path) -> None:

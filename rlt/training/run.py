@@ -20,7 +20,6 @@ import contextlib
 import sys
 import time
 import traceback
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -73,15 +72,15 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
         if not acquired:
             say(f"[busy] {cell}: another process is training this run ({run_dir / '.lock'})")
             return {"state": "busy", "run_dir": str(run_dir)}
-        resuming = begin(spec)  # resumes from last.ckpt, or starts: config and status written
+        resume_step = begin(spec)  # resumes last.ckpt, or starts: config and status written
         try:
-            result = _train_and_evaluate(spec, d.last_ckpt if resuming else None)
+            result = _train_and_evaluate(spec, resume_step)
         except BaseException as e:
             stop = _stop_reason(e)
             if stop is not None:
                 return _stopped(spec, stop, e, raise_on_failure)
             return _failed(spec, e, raise_on_failure)
-    state = "resumed" if resuming else "done"
+    state = "done" if resume_step is None else "resumed"
     say(f"[{state}] {cell}: results in {d.results_file}")
     return {"state": state, "run_dir": str(run_dir), "results": result}
 
@@ -151,8 +150,8 @@ def _stopped(spec: RunSpec, state: str, e: BaseException, raise_on_failure: bool
     return {"state": "interrupted", "run_dir": str(spec.run_dir), "error": type(e).__name__}
 
 
-def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]:
-    """Train (from ``ckpt_path`` when resuming), evaluate every checkpoint policy, write
+def _train_and_evaluate(spec: RunSpec, resume_step: int | None) -> dict[str, Any]:
+    """Train (from last.ckpt, at ``resume_step``, when resuming), evaluate every checkpoint policy, write
     results.json and the done status; returns the results."""
     import lightning as L
 
@@ -165,18 +164,13 @@ def _train_and_evaluate(spec: RunSpec, ckpt_path: Path | None) -> dict[str, Any]
     step_paths = choose_step_paths(spec, module.model)
     live_bar = s.trainer.progress_bar and sys.stdout.isatty()
     recorder, callbacks = run_callbacks(spec, dm, live_bar)
-    resume_step = (
-        int(torch.load(ckpt_path, map_location="cpu", weights_only=True)["global_step"])
-        if ckpt_path
-        else None
-    )
     loggers = make_loggers(spec, resume_step)
     trainer = build_trainer(spec, callbacks, loggers, live_bar)
     fit_start = time.perf_counter()
     trainer.fit(
         module,
         datamodule=dm,
-        ckpt_path=str(ckpt_path) if ckpt_path else None,
+        ckpt_path=None if resume_step is None else str(spec.dir.last_ckpt),
         weights_only=True,  # tensors and plain containers only: a shared run dir runs no code
     )
     short = trainer.global_step < s.scale.max_steps and recorder.stopped_early is None
