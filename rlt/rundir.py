@@ -299,7 +299,8 @@ def write_status(run_dir: str | Path, state: str, **fields: Any) -> dict:
 @dataclass(frozen=True)
 class Snapshot:
     """What a run directory holds, read at once: what decides whether a run is skipped,
-    repaired, refused, resumed or started (rlt/training/lifecycle.py)."""
+    repaired, refused, resumed or started (rlt/training/lifecycle.py, and identity.py for the
+    refusals of another run)."""
 
     status: dict | None  # status.json; None where missing or damaged
     status_damaged: bool  # status.json is there but does not parse

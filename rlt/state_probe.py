@@ -200,7 +200,7 @@ def probe_model(
     accuracy (%) per target, per test length and per position bucket, and the representation's
     RMS norm per bucket. The results.json ``probe`` block."""
     fit_set = fit_examples(task, n_fit)  # what is probed: the fit set, then the test sets
-    test_sets = {int(length): task.test_set(int(length), n_test) for length in lengths}
+    test_sets = [(int(length), task.test_set(int(length), n_test)) for length in lengths]
     probes, fit_x, fit_y = fit_probe(task, model, fit_set)
     out: dict[str, Any] = {
         "representation": "last block output before the final norm (s_t for RLT-1/RLT-2)",
@@ -219,7 +219,7 @@ def probe_model(
         }
     pooled: dict[str, dict[str, list[Tensor]]] = {name: {} for name in probes}
     rms_pooled: dict[str, list[Tensor]] = {}
-    for length, examples in test_sets.items():
+    for length, examples in test_sets:
         x, ys, pos = _stack(task, examples, representations(model, examples))
         rms = x.pow(2).mean(-1).sqrt()
         out["rms"]["by_length"][str(length)] = float(rms.mean())

@@ -67,7 +67,8 @@ def added(size: int) -> list[str]:
     """The tokens past the shared 140 that a model of ``size`` outputs reads, in id order: what
     a checkpoint's rows beyond id 139 stand for. A plugin imported before a task's adds its own
     tokens first and moves the task's, so a stopped run resumes only with the table it started
-    with (status.json ``added_tokens``, rlt/training/lifecycle.py)."""
+    with (status.json ``added_tokens``: ``started_with`` and ``check_resumable`` in
+    rlt/training/identity.py)."""
     return TOKENS[VOCAB_SIZE:size]
 
 

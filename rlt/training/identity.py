@@ -1,5 +1,6 @@
-"""Identity: is the run on disk the one that was asked for? The same configuration, and, for a
-run that resumes or is scored, the CPU arithmetic and token numbering it started with.
+"""Identity: is the run on disk the one that was asked for? The same configuration; for a run
+that resumes, the CPU arithmetic and token numbering it started with; for a kept checkpoint
+that is scored, its token numbering.
 
 A run directory holds one configuration. Before a finished run is skipped or a killed one is
 resumed, the stored resolved config (``config.yaml``) is compared with the requested one over
@@ -191,13 +192,13 @@ def requested_config(cfg: DictConfig) -> dict[str, Any]:
 
 # What a run's token ids are: a stopped run resumes, and a kept checkpoint is scored, only with
 # the ids it trained with (plugins can add tokens and move a task's).
-def added_tokens(spec: Any) -> list[str]:
+def added_tokens(spec: RunSpec) -> list[str]:
     """The tokens past the shared 140 that this run's model reads, numbered as this process's
     plugins number them (status.json ``added_tokens``; [] for the built-in tasks)."""
     return vocab.added(spec.task.vocab_size)
 
 
-def tokens_mismatch(spec: Any, status: dict[str, Any]) -> str | None:
+def tokens_mismatch(spec: RunSpec, status: dict[str, Any]) -> str | None:
     """How the token ids a run started with (``status``'s ``added_tokens``) differ from this
     process's, or None. A run started before the record resumes as it did then."""
     started = status.get("added_tokens")

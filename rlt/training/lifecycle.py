@@ -15,7 +15,8 @@ checkpoints exist), and config.yaml or last.ckpt where it needs them; run.py car
     check_writable     the run directory takes files
 
 Whether the directory holds the run asked for (its config, and the arithmetic and token ids
-it started with) is rlt/training/identity.py's to say. Refusals are :class:`ConfigError` lines naming the fix; a finished run is only ever skipped.
+it started with) is rlt/training/identity.py's to say. Refusals are :class:`ConfigError`
+lines naming the fix; a finished run is only ever skipped.
 """
 
 from __future__ import annotations
@@ -116,11 +117,13 @@ def continues_retrain(spec: RunSpec) -> bool:
         return False  # a failed retrain starts again from scratch under force=true
     if not disk.has_last or disk.has_results:
         return False
+    if not identity.same_run(spec, status):
+        return False  # begun in another arithmetic, token numbering or config: started anew
     try:
         check_checkpoint(spec.dir.last_ckpt)
     except ConfigError:
         return False  # an unreadable checkpoint: force=true starts again
-    return identity.same_run(spec, status)  # else begun in another arithmetic, token ids, config
+    return True
 
 
 def check_checkpoint(path: Path) -> int:
@@ -129,6 +132,7 @@ def check_checkpoint(path: Path) -> int:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
         if not isinstance(ckpt, dict) or not {"state_dict", "loops", "global_step"} <= set(ckpt):
             raise ValueError("not a Lightning training checkpoint")
+        step = int(ckpt["global_step"])
     except Exception as e:
         raise ConfigError(
             f"cannot resume from {path}: {type(e).__name__}: {e}. Delete that file to restart "
@@ -142,7 +146,7 @@ def check_checkpoint(path: Path) -> int:
             "choices on. Finish the run with the rlt commit that started it, or rerun with "
             "force=true to retrain it."
         )
-    return int(ckpt["global_step"])
+    return step
 
 
 def begin(spec: RunSpec) -> int | None:
@@ -154,7 +158,6 @@ def begin(spec: RunSpec) -> int | None:
     s, d = spec.settings, spec.dir
     last = d.last_ckpt
     continuing = s.force and continues_retrain(spec)
-    record = identity.started_with(spec)
     resuming = s.resume and last.exists() and (not s.force or continuing)
     if s.force and not continuing:
         d.set_aside_results()
@@ -168,7 +171,7 @@ def begin(spec: RunSpec) -> int | None:
         fresh = {} if continuing else {"stops": []}
         d.set_status("running", retrain=True, **fresh)
     if not resuming:  # a run resumes in the arithmetic and with the token ids it started in
-        d.set_status("running", **record)
+        d.set_status("running", **identity.started_with(spec))
     if (job := slurm.job_info()) is not None:
         d.set_status("running", slurm=job)
     return resume_step

@@ -151,8 +151,8 @@ def _stopped(spec: RunSpec, state: str, e: BaseException, raise_on_failure: bool
 
 
 def _train_and_evaluate(spec: RunSpec, resume_step: int | None) -> dict[str, Any]:
-    """Train (from last.ckpt, at ``resume_step``, when resuming), evaluate every checkpoint policy, write
-    results.json and the done status; returns the results."""
+    """Train (from last.ckpt, at ``resume_step``, when resuming), evaluate every checkpoint
+    policy, write results.json and the done status; returns the results."""
     import lightning as L
 
     s = spec.settings

@@ -141,6 +141,13 @@ def test_corrupt_checkpoint_is_a_clear_error_and_keeps_other_results(tmp_path):
     with pytest.raises(ConfigError, match="Delete that file"):
         run(compose_cfg(tiny(tmp_path, "task=parity")))
     assert last.exists()  # nothing destroyed
+    # A file that loads but holds no training step (e.g. weights saved by hand) is refused the
+    # same way, before the run writes anything.
+    status = (Path(cfg.out_dir) / rundir.STATUS).read_text()
+    torch.save({"state_dict": {}, "loops": {}}, last)
+    with pytest.raises(ConfigError, match="not a Lightning training checkpoint.*Delete that file"):
+        run(compose_cfg(tiny(tmp_path, "task=parity")))
+    assert last.exists() and (Path(cfg.out_dir) / rundir.STATUS).read_text() == status
 
 
 def test_wandb_offline_run_leaves_config_and_metrics(tmp_path, monkeypatch):
