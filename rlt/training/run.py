@@ -17,6 +17,7 @@ composed config, so tests can call it without a command line.
 from __future__ import annotations
 
 import contextlib
+import subprocess
 import sys
 import time
 import traceback
@@ -110,13 +111,28 @@ def _stop_reason(e: BaseException) -> str | None:
     """``requeued`` or ``interrupted`` when the run was stopped from outside rather than
     failing: SIGTERM (Lightning raises SIGTERMException at the next step: SLURM preemption,
     requeue, time limit, scancel, kill), submitit's exit after it requeued a timed-out job
-    (SystemExit), Ctrl-C. ``requeued`` when SLURM requeued the job (it comes back and resumes
-    from last.ckpt)."""
+    (SystemExit) or its requeue command killed by the requeue itself, Ctrl-C. ``requeued``
+    when SLURM requeued the job (it comes back and resumes from last.ckpt)."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    if not isinstance(e, (SIGTERMException, SystemExit, KeyboardInterrupt)):
+    if not isinstance(e, (SIGTERMException, SystemExit, KeyboardInterrupt)) and not (
+        _requeue_command_killed(e)
+    ):
         return None
     return "requeued" if slurm.was_requeued() else "interrupted"
+
+
+def _requeue_command_killed(e: BaseException) -> bool:
+    """submitit's time-out handler runs ``scontrol requeue`` inside the job; the requeue stops
+    the job's processes, that command among them, which may die of it before it returns
+    (CalledProcessError with a negative code): a stop from outside, not a failure."""
+    cmd = getattr(e, "cmd", None)
+    return (
+        isinstance(e, subprocess.CalledProcessError)
+        and isinstance(cmd, (list, tuple))
+        and list(cmd[:2]) == ["scontrol", "requeue"]
+        and e.returncode < 0
+    )
 
 
 def _stopped(spec: RunSpec, state: str, e: BaseException, raise_on_failure: bool) -> dict[str, Any]:
@@ -141,7 +157,7 @@ def _stopped(spec: RunSpec, state: str, e: BaseException, raise_on_failure: bool
     say(f"[interrupted] {cell}: stopped{at} ({type(e).__name__}); the same command resumes it")
     # A grid job stopped by SIGTERM reports to the sweep summary; Ctrl-C and any other exit
     # (SIGTERMException is a SystemExit too) end the process.
-    if type(e).__name__ != "SIGTERMException":
+    if type(e).__name__ != "SIGTERMException" and not _requeue_command_killed(e):
         raise e
     if raise_on_failure:
         # Lightning's SIGTERMException is a SystemExit without a code, which would exit 0:

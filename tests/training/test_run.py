@@ -219,3 +219,26 @@ def test_sigterm_stops_a_run_as_interrupted_not_failed_and_it_resumes(tmp_path):
         )
 
     assert logged(run_dir) == logged(tmp_path / "a")
+
+
+def test_a_requeue_command_killed_by_its_own_requeue_is_a_stop_not_a_failure(monkeypatch):
+    """submitit's time-out handler runs ``scontrol requeue`` inside the job, and the requeue
+    stops the job's processes, that command among them: when it dies of the signal before it
+    returns, the run was stopped from outside (requeued when SLURM did requeue it), not failed.
+    ``scontrol requeue`` that fails on its own (an error code), or another command killed, is a
+    failure as before."""
+    import subprocess
+
+    from rlt.training import run as run_module
+
+    killed = subprocess.CalledProcessError(-15, ["scontrol", "requeue", "6"])
+    monkeypatch.setattr(run_module.slurm, "was_requeued", lambda: True)
+    assert run_module._stop_reason(killed) == "requeued"
+    monkeypatch.setattr(run_module.slurm, "was_requeued", lambda: False)
+    assert run_module._stop_reason(killed) == "interrupted"
+    assert (
+        run_module._stop_reason(subprocess.CalledProcessError(1, ["scontrol", "requeue", "6"]))
+        is None
+    )
+    assert run_module._stop_reason(subprocess.CalledProcessError(-15, ["sleep", "9"])) is None
+    assert run_module._stop_reason(RuntimeError("scontrol requeue")) is None
