@@ -115,9 +115,8 @@ def _stop_reason(e: BaseException) -> str | None:
     when SLURM requeued the job (it comes back and resumes from last.ckpt)."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    if not isinstance(e, (SIGTERMException, SystemExit, KeyboardInterrupt)) and not (
-        _requeue_command_killed(e)
-    ):
+    signalled = isinstance(e, (SIGTERMException, SystemExit, KeyboardInterrupt))
+    if not signalled and not _requeue_command_killed(e):
         return None
     return "requeued" if slurm.was_requeued() else "interrupted"
 
@@ -155,9 +154,9 @@ def _stopped(spec: RunSpec, state: str, e: BaseException, raise_on_failure: bool
             raise e
         raise SystemExit(SIGTERM_EXIT) from e
     say(f"[interrupted] {cell}: stopped{at} ({type(e).__name__}); the same command resumes it")
-    # A grid job stopped by SIGTERM reports to the sweep summary; Ctrl-C and any other exit
-    # (SIGTERMException is a SystemExit too) end the process.
-    if type(e).__name__ != "SIGTERMException" and not _requeue_command_killed(e):
+    # A grid job stopped by SIGTERM (or its requeue) reports to the sweep summary; Ctrl-C and
+    # any other exit (SIGTERMException is a SystemExit too) end the process.
+    if isinstance(e, (KeyboardInterrupt, SystemExit)) and type(e).__name__ != "SIGTERMException":
         raise e
     if raise_on_failure:
         # Lightning's SIGTERMException is a SystemExit without a code, which would exit 0:
