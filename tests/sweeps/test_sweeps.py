@@ -203,6 +203,7 @@ def test_submitit_local_executor(tmp_path):
         ("laptop_long_seeds", 10, 10),
         ("laptop_long_parity40", 9, 9),
         ("laptop_long_schedule", 9, 9),
+        ("laptop_long_s5", 6, 6),
         ("probe_laptop", 18, 18),
         ("baselines_laptop", 36, 36),
         ("baselines", 72, 72),
@@ -235,6 +236,7 @@ def test_every_sweep_file_is_tested():
         "laptop_long_seeds",
         "laptop_long_parity40",
         "laptop_long_schedule",
+        "laptop_long_s5",
         "probe_laptop",
         "baselines_laptop",
         "baselines",
@@ -491,7 +493,12 @@ def test_an_interval_sweep_is_refused_in_one_line():
 
 @pytest.mark.parametrize(
     ("sweep", "also"),
-    [("laptop_long_cells", ()), ("laptop_long_seeds", ()), ("laptop_long_parity40", ("task.",))],
+    [
+        ("laptop_long_cells", ()),
+        ("laptop_long_seeds", ()),
+        ("laptop_long_parity40", ("task.",)),
+        ("laptop_long_s5", ()),
+    ],
 )
 def test_the_16000_step_cells_differ_from_their_3000_step_siblings_only_in_scale(sweep, also):
     """Issue 38: a cell of the verdict presets is its sweep=laptop sibling (the same grid cell;
