@@ -242,3 +242,37 @@ def test_a_requeue_command_killed_by_its_own_requeue_is_a_stop_not_a_failure(mon
     )
     assert run_module._stop_reason(subprocess.CalledProcessError(-15, ["sleep", "9"])) is None
     assert run_module._stop_reason(RuntimeError("scontrol requeue")) is None
+
+
+def test_a_run_whose_requeue_command_was_killed_leaves_as_a_stopped_run(tmp_path):
+    """Carried through :func:`_stopped`, the killed ``scontrol requeue`` of the test above is
+    recorded and left as any stop from outside: requeued, the job exits with SIGTERM's status
+    and no result (submitit then waits for the job's next run); not requeued, a grid gets an
+    interrupted run back and a single run exits with SIGTERM's status. The error is never
+    re-raised as a failure."""
+    import subprocess
+
+    from rlt.training import run as run_module
+
+    spec = prepare(compose_cfg(tiny(tmp_path, "task=parity", "model=rlt1", "split=1+1")))
+    spec.run_dir.mkdir(parents=True)
+    killed = subprocess.CalledProcessError(-15, ["scontrol", "requeue", "6"])
+
+    def status() -> dict:
+        return json.loads((spec.run_dir / rundir.STATUS).read_text())
+
+    with pytest.raises(SystemExit) as left:
+        run_module._stopped(spec, "requeued", killed, raise_on_failure=False)
+    assert left.value.code == run_module.SIGTERM_EXIT
+    assert status()["state"] == "requeued" and status()["stopped_by"] == "CalledProcessError"
+
+    out = run_module._stopped(spec, "interrupted", killed, raise_on_failure=False)
+    assert out == {
+        "state": "interrupted",
+        "run_dir": str(spec.run_dir),
+        "error": "CalledProcessError",
+    }
+    assert status()["state"] == "interrupted"
+    with pytest.raises(SystemExit) as left:
+        run_module._stopped(spec, "interrupted", killed, raise_on_failure=True)
+    assert left.value.code == run_module.SIGTERM_EXIT
