@@ -111,27 +111,29 @@ def _stop_reason(e: BaseException) -> str | None:
     """``requeued`` or ``interrupted`` when the run was stopped from outside rather than
     failing: SIGTERM (Lightning raises SIGTERMException at the next step: SLURM preemption,
     requeue, time limit, scancel, kill), submitit's exit after it requeued a timed-out job
-    (SystemExit) or its requeue command killed by the requeue itself, Ctrl-C. ``requeued``
-    when SLURM requeued the job (it comes back and resumes from last.ckpt)."""
+    (SystemExit) or its requeue command that never returned (killed by the requeue itself, or
+    past submitit's timeout for it), Ctrl-C. ``requeued`` when SLURM requeued the job (it comes
+    back and resumes from last.ckpt)."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     signalled = isinstance(e, (SIGTERMException, SystemExit, KeyboardInterrupt))
-    if not signalled and not _requeue_command_killed(e):
+    if not signalled and not _requeue_command_lost(e):
         return None
     return "requeued" if slurm.was_requeued() else "interrupted"
 
 
-def _requeue_command_killed(e: BaseException) -> bool:
-    """submitit's time-out handler runs ``scontrol requeue`` inside the job; the requeue stops
-    the job's processes, that command among them, which may die of it before it returns
-    (CalledProcessError with a negative code): a stop from outside, not a failure."""
+def _requeue_command_lost(e: BaseException) -> bool:
+    """submitit's time-out handler runs ``scontrol requeue`` inside the job, with a timeout; the
+    requeue stops the job's processes, that command among them, which may die of it before it
+    returns (CalledProcessError with a negative code), or the controller may not answer in
+    time (TimeoutExpired): the job is being stopped from outside either way, not failing (and
+    whether SLURM requeued it is asked of the controller)."""
     cmd = getattr(e, "cmd", None)
-    return (
-        isinstance(e, subprocess.CalledProcessError)
-        and isinstance(cmd, (list, tuple))
-        and list(cmd[:2]) == ["scontrol", "requeue"]
-        and e.returncode < 0
-    )
+    if not (isinstance(cmd, (list, tuple)) and list(cmd[:2]) == ["scontrol", "requeue"]):
+        return False
+    if isinstance(e, subprocess.TimeoutExpired):
+        return True
+    return isinstance(e, subprocess.CalledProcessError) and e.returncode < 0
 
 
 def _stopped(spec: RunSpec, state: str, e: BaseException, raise_on_failure: bool) -> dict[str, Any]:

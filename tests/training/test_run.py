@@ -224,9 +224,9 @@ def test_sigterm_stops_a_run_as_interrupted_not_failed_and_it_resumes(tmp_path):
 def test_a_requeue_command_killed_by_its_own_requeue_is_a_stop_not_a_failure(monkeypatch):
     """submitit's time-out handler runs ``scontrol requeue`` inside the job, and the requeue
     stops the job's processes, that command among them: when it dies of the signal before it
-    returns, the run was stopped from outside (requeued when SLURM did requeue it), not failed.
-    ``scontrol requeue`` that fails on its own (an error code), or another command killed, is a
-    failure as before."""
+    returns (or hangs past its timeout), the run was stopped from outside (requeued when SLURM
+    did requeue it), not failed. ``scontrol requeue`` that fails on its own (an error code), or
+    another command killed or timed out, is a failure as before."""
     import subprocess
 
     from rlt.training import run as run_module
@@ -241,6 +241,10 @@ def test_a_requeue_command_killed_by_its_own_requeue_is_a_stop_not_a_failure(mon
         is None
     )
     assert run_module._stop_reason(subprocess.CalledProcessError(-15, ["sleep", "9"])) is None
+    # The controller did not answer within submitit's timeout: stopped all the same.
+    hung = subprocess.TimeoutExpired(["scontrol", "requeue", "6"], 60)
+    assert run_module._stop_reason(hung) == "interrupted"
+    assert run_module._stop_reason(subprocess.TimeoutExpired(["sleep", "9"], 60)) is None
     assert run_module._stop_reason(RuntimeError("scontrol requeue")) is None
 
 
