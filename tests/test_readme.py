@@ -107,3 +107,50 @@ def test_the_config_table_lists_every_option_of_conf():
         if lacking:
             missing[group] = lacking
     assert not missing, f"options conf/ has that the README's config table does not name: {missing}"
+
+
+def _table(text: str, header_start: str) -> tuple[list[str], list[list[str]]]:
+    """The markdown table whose header row starts with ``header_start``: (header, rows)."""
+    lines = text.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    rows = []
+    for line in lines[first + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return [c.strip() for c in lines[first].strip().strip("|").split("|")], rows
+
+
+def test_the_findings_summary_reads_the_verdict_tables_verdicts():
+    """README's findings summary says, per finding and budget, the verdict of the laptop
+    page's verdict table (which tests/analysis checks is what analysis/tables.py prints on the
+    committed runs): a new run that changes a verdict must change the README too."""
+    from rlt.analysis.findings import VERDICTS
+
+    page = (REPO / "docs/results/laptop/README.md").read_text()
+    page = page.split("<!-- verdicts:start -->", 1)[1]
+    header, rows = _table(page, "| finding | claim |")
+    budgets = ("3,000 steps", "16,000 steps")
+    columns = [header.index(f"verdict, {b}") for b in budgets]
+    judged = {row[0]: [row[c] for c in columns] for row in rows}
+
+    def verdict(text: str) -> str:
+        text = text.replace("**", "").strip()
+        if text in ("-", ""):
+            return "not run"
+        found = [v for v in VERDICTS if text.startswith(v.split(" at this")[0])]
+        assert found, f"README's findings summary: {text!r} is not a verdict"
+        return max(found, key=len).split(" at this")[0]
+
+    header, rows = _table(README, "| finding | ours (laptop cells, 3,000 steps) |")
+    assert header[2] == "verdict, 3,000 steps" and header[4] == "verdict, 16,000 steps"
+    seen = set()
+    for row in rows:
+        ids = [f for f in judged if row[0] == f or row[0].startswith((f + " ", f + "("))]
+        assert ids, f"README's findings row {row[0]!r} names no finding of the verdict table"
+        finding = max(ids, key=len)
+        seen.add(finding)
+        said = [verdict(row[2]), verdict(row[4])]
+        table = [verdict(v) for v in judged[finding]]
+        assert said == table, (finding, said, table)
+    assert seen == set(judged)
