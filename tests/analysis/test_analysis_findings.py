@@ -282,17 +282,23 @@ def test_the_beyond_table_judges_only_cells_with_a_spread():
     assert rows[0]["RLT-1 scaled acc"] == "56.51 ± 25.10 (n=5)"
 
 
-def test_the_learning_curve_table_names_the_first_step_at_the_prerequisite(tmp_path):
-    """Issue 54: per seed of a scouted cell, the first validation at or above its prerequisite
-    (the report's figure - 10: 90 for RLT-0 on parity), or "not by" the last step."""
+def _learning_curves():
     import importlib.util
-    import json
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[2] / "docs/results/laptop/learning_curves.py"
     spec = importlib.util.spec_from_file_location("learning_curves", path)
     lc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(lc)
+    return lc
+
+
+def test_the_learning_curve_table_names_the_first_step_at_the_prerequisite(tmp_path):
+    """Issue 54: per seed of a scouted cell, the first validation at or above its prerequisite
+    (the report's figure - 10: 90 for RLT-0 on parity), or "not by" the last step."""
+    import json
+
+    lc = _learning_curves()
     curves = {42: [0.5, 0.89, 0.9, 0.7], 43: [0.5, 0.6, 0.8, 0.85]}
     for seed, accs in curves.items():
         run = tmp_path / "parity_3to16" / "rlt0" / "1+1" / f"seed{seed}"
@@ -305,3 +311,17 @@ def test_the_learning_curve_table_names_the_first_step_at_the_prerequisite(tmp_p
     assert [line.split(" | ")[5] for line in lines] == ["300", "not by 400"]
     assert "val >= 90.00 (report 4+4 100 - 10)" in lines[0]
     assert lines[0].endswith("| 90.00 (300) | 70.00 |")
+
+
+def test_a_cell_is_testable_from_the_budget_whose_selected_checkpoints_meet_the_prerequisite():
+    """Issue 54 item 4: the budget B from which a cell's seeds would meet its prerequisite is
+    judged on the checkpoints the report's rule (lowest validation loss) selects within B, not
+    on the best accuracy seen: seed a's best accuracy (99 at step 300) is not its selection."""
+    lc = _learning_curves()
+    rows = lambda *r: [{"step": s, "loss": lo, "acc": a} for s, lo, a in r]  # noqa: E731
+    a = rows((100, 1.0, 0.5), (200, 0.5, 0.95), (300, 0.6, 0.99))
+    b = rows((100, 1.0, 0.5), (200, 0.9, 0.80), (300, 0.4, 0.90))
+    # selected within 200: 95 and 80 (87.5); within 300: 95 (step 200) and 90 (92.5)
+    assert lc.testable_from([a, b], 90.0) == (300, 92.5)
+    assert lc.testable_from([a, b], 93.0) == (None, 92.5)  # the best accuracies' mean is 94.5
+    assert lc.testable_from([a, b], 50.0) == (100, 50.0)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rlt.analysis.findings import learned_threshold
+from rlt.analysis.findings import MIN_SEEDS, learned_threshold
+from rlt.training.checkpoints import select_step
 
 HERE = Path(__file__).resolve().parent
 TIERS = (
@@ -20,6 +21,10 @@ TIERS = (
     ("48,000 steps", HERE / "runs" / "laptop_scout"),
 )
 EXAMPLES_PER_STEP = 64  # the laptop presets' global batch
+# BENCHMARKS.md, "K seeds in one step": K=3 seeds in one step against 3 single steps, measured at
+# the laptop shape on this project's Intel host (stack_vs_k_singles where the family stacks,
+# otherwise batch_vs_k_singles, the floor no stacked step can beat)
+STACK_BENCH = HERE.parents[1] / "results" / "bench" / "2026-12-06" / "stack3_native.json"
 # (finding, task, the run directory's model/arch, the column the verdict table names), in the
 # order the report leans on them (issue 54)
 SCOUTED = (
@@ -34,15 +39,100 @@ SCOUTED = (
 )
 
 
-def curves(root: Path, task: str, cell: str) -> dict[int, list[tuple[int, float]]]:
-    """seed -> [(step, validation accuracy %)] of the cell's finished runs under ``root``."""
+def finished(root: Path, task: str, cell: str) -> dict[int, dict]:
+    """seed -> results.json of the cell's finished runs under ``root`` that validated."""
     out = {}
     for path in sorted((root / task / cell).glob("seed*/results.json")):
         res = json.loads(path.read_text())
-        curve = [(r["step"], 100 * r["acc"]) for r in res.get("val_curve") or []]
-        if curve:  # a run that never validated has no curve to show
-            out[int(path.parent.name[4:])] = curve
+        if res.get("val_curve"):  # a run that never validated has no curve to show
+            out[int(path.parent.name[4:])] = res
     return out
+
+
+def curves(root: Path, task: str, cell: str) -> dict[int, list[tuple[int, float]]]:
+    """seed -> [(step, validation accuracy %)] of the cell's finished runs under ``root``."""
+    return {
+        seed: [(r["step"], 100 * r["acc"]) for r in res["val_curve"]]
+        for seed, res in finished(root, task, cell).items()
+    }
+
+
+def testable_from(runs: list[list[dict]], threshold: float) -> tuple[int | None, float]:
+    """(the first validation step B at which the seeds' mean validation accuracy (%) at the
+    checkpoint the report's rule selects within B (lowest validation loss, earliest on ties) is
+    at or above ``threshold``, or None; that mean at the last step all seeds validated).
+
+    This is the cell's prerequisite as rlt/analysis/findings.py applies it, read from the
+    curves of longer runs: a run of B steps would have decayed its learning rate by B."""
+    steps = sorted(set.intersection(*({r["step"] for r in curve} for curve in runs)))
+    mean = float("nan")
+    for budget in steps:
+        selected = [
+            select_step([r for r in c if r["step"] <= budget], "min_val_loss") for c in runs
+        ]
+        mean = sum(100 * r["acc"] for r in selected) / len(selected)
+        if mean >= threshold:
+            return budget, mean
+    return None, mean
+
+
+def stacking_ratios() -> dict[str, tuple[float, bool]]:
+    """family -> (3 seeds' step in one against 3 single steps, whether the family stacks)."""
+    rows = json.loads(STACK_BENCH.read_text())["stack"]["rows"]
+    return {
+        family: (row["stack_vs_k_singles"], True)
+        if row.get("stack_vs_k_singles") is not None
+        else (row["batch_vs_k_singles"], False)
+        for family, row in rows.items()
+    }
+
+
+def readiness() -> str:
+    """Issue 54 item 4, per scouted cell and tier: whether its seeds meet the prerequisite, from
+    which budget they would (the seeds' mean at the selected checkpoint), and what training its
+    seeds to that budget costs, as measured (1 thread) and with the seeds stacked."""
+    ratios = stacking_ratios()
+    lines = [
+        "| finding | cell | tier | seeds | val % at the selected checkpoint, mean (seeds at or "
+        "above) | testable from (mean at or above the prerequisite) | core-hours to that "
+        "budget, all seeds: measured | stacked (K=3) |",
+        "|---|---|---|---:|---|---:|---:|---:|",
+    ]
+    for finding, task, cell, column in SCOUTED:
+        threshold, _ = learned_threshold(task, column)
+        family = cell.split("/")[0].split("_")[0]
+        for budget, root in TIERS:
+            runs = finished(root, task, cell)
+            if not runs:
+                continue
+            curves_ = [res["val_curve"] for res in runs.values()]
+            step, _ = testable_from(curves_, threshold)
+            last = [100 * res["selection"]["val"]["acc"] for res in runs.values()]
+            above = sum(a >= threshold for a in last)
+            mean = sum(last) / len(last)
+            if len(runs) < MIN_SEEDS:
+                when, measured, stacked = f"{len(runs)} seeds < {MIN_SEEDS}", "", ""
+            elif step is None:
+                when, measured, stacked = f"not by {budget.split()[0]}", "", ""
+            else:
+                per_step = [
+                    r["timing"]["train_seconds"] / r["timing"]["timed_steps"] for r in runs.values()
+                ]
+                hours = len(runs) * step * (sum(per_step) / len(per_step)) / 3600
+                ratio, stacks = ratios.get(family, (None, False))
+                when, measured = f"{step:,}", f"{hours:.2f}"
+                stacked = (
+                    "-"
+                    if ratio is None
+                    else f"{hours * ratio:.2f}"
+                    if stacks
+                    else f">= {hours * ratio:.2f} (does not stack yet)"
+                )
+            lines.append(
+                f"| {finding} | {task} {column} | {budget} | {len(runs)} | {mean:.2f} "
+                f"({above} of {len(runs)}) | {when} | {measured} | {stacked} |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 def first_meeting(curve: list[tuple[int, float]], threshold: float) -> int | None:

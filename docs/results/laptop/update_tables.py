@@ -66,7 +66,9 @@ def rendered() -> tuple[str, str]:
     bodies["early-stop"] = early_stop_table()
     bodies["budget"] = budget_table()
     bodies["schedule"] = schedule_section()
-    bodies["curves"] = learning_curves.table() + "\n" + learning_curves.cost()
+    bodies["curves"] = "\n".join(
+        (learning_curves.table(), learning_curves.readiness(), learning_curves.cost())
+    )
     for region, body in bodies.items():
         start, end = f"<!-- {region}:start -->", f"<!-- {region}:end -->"
         pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
