@@ -35,6 +35,7 @@ import learning_curves  # noqa: E402 - the study view beside this page
 HERE = Path(__file__).resolve().parent
 RUNS = HERE / "runs" / "laptop"
 LONG = HERE / "runs" / "laptop_long"
+SCOUT = HERE / "runs" / "laptop_scout"
 EARLY = HERE / "runs" / "laptop_early_stop"
 REGIONS = {
     "verdicts": ("Verdicts:", "Beyond the report:"),
@@ -55,7 +56,7 @@ def rendered() -> tuple[str, str]:
     """(the page as it is, the page with its generated regions rewritten)."""
     buffer = io.StringIO()
     with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(buffer):
-        dirs = [str(RUNS)] + ([str(LONG)] if LONG.is_dir() else [])
+        dirs = [str(RUNS)] + [str(d) for d in (LONG, SCOUT) if d.is_dir()]
         assert tables_main([*dirs, "--out", tmp, "--no-per-seed"]) == 0
     found = sections(buffer.getvalue())
     page = old = (HERE / "README.md").read_text()
