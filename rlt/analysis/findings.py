@@ -21,7 +21,8 @@ margin is 10 points, "exact" is 99%):
   bracketed mod-5 60.53 at 4+4 (Transformer 63.87), full S5 none (the report's figure is chance);
 - a cell with fewer seeds than its grid expects (at least 3) leaves its clause inconclusive,
   before the prerequisite is judged (a cell that has not learned on its first seeds may on the
-  rest); a cell its budget's grid does not hold is "not run";
+  rest); a clause on a cell its budget's grid does not hold is "not run", or not testable
+  when a cell the grid does hold (with all its seeds) fails the prerequisite;
 - exact(A): reproduced when mean - SD >= 99; not observed when mean + SD < 99;
 - chance(A): reproduced when mean + SD <= chance + 10; not observed when mean - SD > chance + 10;
 - above(A, B): reproduced when A's mean - SD > B's mean + SD and A's mean >= chance + 10; not
@@ -411,6 +412,18 @@ def _learned_seeds(stat: _Cells, cell: Cell) -> str | None:
     return f"{cell.column} {sum(v >= threshold for v in s.values)}/{len(s.values)}"
 
 
+def _held_cell_not_learned(clause: Clause, held: list[Cell], stat: _Cells) -> str | None:
+    """Why a clause whose budget lacks one of its cells is not testable all the same: a cell
+    the budget holds, with all its seeds, did not learn in distribution (running the missing
+    cell would not change that), or None."""
+    learned = {x: stat.learned(x) for x in held}
+    if clause.direct or any(
+        s is None or s.n < max(s.n_expected, MIN_SEEDS) for s in learned.values()
+    ):
+        return None
+    return prerequisite(clause, learned)
+
+
 def _judge_finding(f: Finding, stat: _Cells) -> tuple[str, str, str, str]:
     """(verdict, reason, ours, seeds meeting) of one finding on one budget's cells."""
     verdicts, meeting = [], []
@@ -418,7 +431,9 @@ def _judge_finding(f: Finding, stat: _Cells) -> tuple[str, str, str, str]:
         cells = [x for x in (clause.a, clause.b) if x is not None]
         missing = [x for x in cells if not stat.in_grid(x)]
         if missing:
-            verdicts.append(("not run", f"{missing[0].name()} not in this budget's grid"))
+            gap = f"{missing[0].name()} not in this budget's grid"
+            why = _held_cell_not_learned(clause, [x for x in cells if x not in missing], stat)
+            verdicts.append((NOT_TESTABLE, f"{why} ({gap})") if why else ("not run", gap))
             continue
         a, b = stat(clause.a), clause.b and stat(clause.b)
         chance = stat.chance.get(clause.a.task, 0.0)

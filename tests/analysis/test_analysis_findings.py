@@ -129,6 +129,30 @@ def test_the_verdict_table_reads_the_tables_numbers(tmp_path):
     assert table.data.loc[2, "seeds"].endswith(f"(learned RLT-1 4+4 {learned}/3)")
 
 
+def test_a_clause_missing_a_cell_is_not_testable_when_a_held_cell_did_not_learn(tmp_path):
+    """A budget that lacks one of a clause's cells (a scout tier runs only the cells that had
+    not learned) says "not run", unless a cell it holds, with all its seeds, failed the
+    prerequisite: then running the missing cell could not make the clause testable. A direct
+    clause has no prerequisite, and a held cell short of seeds decides nothing yet."""
+    root = make_sweep(tmp_path / "synthetic", holes=False)
+    held, missing = Cell("parity", "RLT-1 4+4", 256), Cell("parity", "LSTM 2", 256)
+    findings = (
+        Finding("X4", "above a missing cell", "-", (Clause("above", held, missing),)),
+        Finding("X5", "below a missing cell", "-", (Clause("above", missing, held),)),
+        Finding("X6", "direct", "-", (Clause("above", held, missing, direct=True),)),
+    )
+    table = verdict_table(collect([root]), findings)
+    assert list(table.data["verdict"]) == [NOT_TESTABLE, NOT_TESTABLE, "not run"]
+    hand = _selected_val("parity", "rlt1", "4+4")  # below the report's 100 - 10
+    reason = table.data.loc[0, "reason"]
+    assert f"RLT-1 4+4 did not learn parity in distribution: validation {hand:.2f}" in reason
+    assert reason.endswith("(LSTM 2 @256 not in this budget's grid)")
+    assert table.data.loc[2, "reason"] == "LSTM 2 @256 not in this budget's grid"
+    shutil.rmtree(root / "parity" / "rlt1" / "4+4" / f"seed{SEEDS[-1]}")
+    table = verdict_table(collect([root]), findings[:1])
+    assert list(table.data["verdict"]) == ["not run"]
+
+
 def test_the_prerequisite_waits_for_the_grids_seeds(tmp_path):
     """A cell that has not learned on its first seeds may on the rest: with one of parity RLT-1
     4+4's three seeds not yet run, the clause that is not testable on all three (previous test)

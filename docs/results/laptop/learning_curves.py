@@ -204,6 +204,7 @@ def figure(path: Path) -> None:
                     [s * EXAMPLES_PER_STEP / 1e6 for s in steps],
                     acc,
                     style,
+                    color=f"C{seed % 10}",  # a seed keeps its colour across tiers
                     lw=0.9,
                     label=f"seed {seed}, {budget}",
                 )
