@@ -87,6 +87,12 @@ def stacking_ratios() -> dict[str, tuple[float, bool]]:
     }
 
 
+def _stacked(hours: float, ratio: float | None, stacks: bool) -> str:
+    if ratio is None:
+        return "-"
+    return f"{hours * ratio:.2f}" if stacks else f">= {hours * ratio:.2f} (does not stack yet)"
+
+
 def readiness() -> str:
     """Issue 54 item 4, per scouted cell and tier: whether its seeds meet the prerequisite, from
     which budget they would (the seeds' mean at the selected checkpoint), and what training its
@@ -119,15 +125,8 @@ def readiness() -> str:
                     r["timing"]["train_seconds"] / r["timing"]["timed_steps"] for r in runs.values()
                 ]
                 hours = len(runs) * step * (sum(per_step) / len(per_step)) / 3600
-                ratio, stacks = ratios.get(family, (None, False))
                 when, measured = f"{step:,}", f"{hours:.2f}"
-                stacked = (
-                    "-"
-                    if ratio is None
-                    else f"{hours * ratio:.2f}"
-                    if stacks
-                    else f">= {hours * ratio:.2f} (does not stack yet)"
-                )
+                stacked = _stacked(hours, *ratios.get(family, (None, False)))
             lines.append(
                 f"| {finding} | {task} {column} | {budget} | {len(runs)} | {mean:.2f} "
                 f"({above} of {len(runs)}) | {when} | {measured} | {stacked} |"
