@@ -157,7 +157,7 @@ def build_scheduler(
     return make(optimizer, **extra)
 
 
-def check(optim_cfg: dict[str, Any], scheduler_cfg: dict[str, Any]) -> None:
+def check_builds(optim_cfg: dict[str, Any], scheduler_cfg: dict[str, Any]) -> None:
     """Both groups name an importable callable that accepts their arguments: a config error
     before any work starts, not a crash at the first step. Builds both on a one-parameter
     stand-in model."""

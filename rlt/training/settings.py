@@ -158,7 +158,7 @@ def trainer_args(cfg: DictConfig) -> dict[str, Any]:
 def _check_optim(cfg: DictConfig) -> None:
     """conf/optim/ and conf/scheduler/ build (an importable target taking their arguments)."""
     try:
-        optim.check(
+        optim.check_builds(
             OmegaConf.to_container(cfg.optim, resolve=True),
             OmegaConf.to_container(cfg.scheduler, resolve=True),
         )
