@@ -117,7 +117,7 @@ def readiness() -> str:
             above = sum(a >= threshold for a in last)
             mean = sum(last) / len(last)
             if len(runs) < MIN_SEEDS:
-                when, measured, stacked = f"{len(runs)} seeds < {MIN_SEEDS}", "", ""
+                when, measured, stacked = f"{len(runs)} of {MIN_SEEDS} seeds run", "", ""
             elif step is None:
                 when, measured, stacked = f"not by {budget.split()[0]}", "", ""
             else:
