@@ -1,11 +1,21 @@
 """Sweep bookkeeping from the files on disk alone.
 
     python -m rlt.sweep status SWEEP_DIR [--json]
+    python -m rlt.sweep export SWEEP_DIR DEST [--dry-run]
 
-prints one line per cell of the sweep (its state, step / max steps, best validation accuracy,
-and for runs of SLURM jobs the job id and its state in ``squeue``) and a count per state. The expected cells come from ``grid.json``, which ``train.py -m``
-writes when a multirun starts; run directories found on disk but not in the grid are listed
-too, and cells of the grid without a directory are ``missing``.
+``status`` prints one line per cell of the sweep (its state, step / max steps, best validation
+accuracy, and for runs of SLURM jobs the job id and its state in ``squeue``) and a count per
+state. The expected cells come from ``grid.json``, which ``train.py -m`` writes when a multirun
+starts; run directories found on disk but not in the grid are listed too, and cells of the grid
+without a directory are ``missing``.
+
+``export`` copies the small result files of every finished run (:data:`EXPORTED`: results,
+config, status, the CSV log, diagnostics and the files scored later; never checkpoints or
+logs) into DEST under the same cell paths, and merges those runs' cells of grid.json into
+DEST/grid.json: a folder to commit, from which analysis rebuilds every table and which tells a
+relaunch of the grid what is done. Runs that have not finished are listed and left out. A run
+DEST already holds with other results is never overwritten: the export stops before copying
+anything and names it.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rlt import rundir
+from rlt.atomic import atomic_write_json, atomic_write_text
 from rlt.rundir import find_runs
 from rlt.training import slurm
 
@@ -106,13 +117,127 @@ def format_status(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+# What export copies of a finished run: paths relative to the run directory, glob patterns
+# allowed (the files eval.py, the probe and the state interventions score later); a set-aside
+# ``*.replaced.json`` never.
+EXPORTED = (
+    rundir.RESULTS,
+    rundir.CONFIG,
+    rundir.STATUS,
+    rundir.DIAGNOSTICS,
+    "csv/metrics.csv",
+    rundir.EVAL_GLOB,
+    rundir.PROBE,
+    "state_*.json",
+)
+
+
+class ExportConflict(RuntimeError):
+    """DEST holds a run of the same cell whose results differ from the sweep's."""
+
+
+def run_files(run_dir: Path) -> list[Path]:
+    """The files of a run directory that :data:`EXPORTED` names, relative to it."""
+    found = {p for pattern in EXPORTED for p in run_dir.glob(pattern) if p.is_file()}
+    kept = (p for p in found if not p.name.endswith(rundir.REPLACED_SUFFIX))
+    return sorted(p.relative_to(run_dir) for p in kept)
+
+
+def export(sweep_dir: str | Path, dest: str | Path, *, dry_run: bool = False) -> dict[str, list]:
+    """Copy the finished runs of ``sweep_dir`` into ``dest`` (see the module's text).
+
+    Returns ``{"copied": [cell, ...], "unchanged": [...], "skipped": [(cell, state), ...]}``.
+    Raises :class:`ExportConflict` before writing anything when ``dest`` holds one of the cells
+    with a results.json that differs from the sweep's."""
+    sweep_dir, dest = Path(sweep_dir), Path(dest)
+    if dest.resolve() == sweep_dir.resolve():
+        raise ValueError(f"DEST is the sweep directory itself ({dest}): name another folder")
+    states = cell_states(sweep_dir)
+    done = [r["cell"] for r in states if r["state"] == "done"]
+    skipped = [(r["cell"], r["state"]) for r in states if r["state"] != "done"]
+    conflicts = []
+    for cell in done:
+        theirs = dest / cell / rundir.RESULTS
+        if (
+            theirs.exists()
+            and theirs.read_bytes() != (sweep_dir / cell / rundir.RESULTS).read_bytes()
+        ):
+            conflicts.append(cell)
+    if conflicts:
+        raise ExportConflict(
+            f"{dest} already holds {len(conflicts)} of these runs with other results "
+            f"({', '.join(conflicts[:3])}{' ...' if len(conflicts) > 3 else ''}); nothing was "
+            "copied. Export into another folder, or remove those run directories from it if "
+            "the sweep's runs are meant to replace them"
+        )
+    copied, unchanged = [], []
+    for cell in done:
+        src = sweep_dir / cell
+        files = run_files(src)
+        same = all(
+            (dest / cell / f).is_file() and (dest / cell / f).read_bytes() == (src / f).read_bytes()
+            for f in files
+        )
+        (unchanged if same else copied).append(cell)
+        if dry_run or same:
+            continue
+        for f in files:
+            atomic_write_text(dest / cell / f, (src / f).read_text())
+    if not dry_run and done:
+        _merge_grid(sweep_dir, dest, set(done))
+    return {"copied": copied, "unchanged": unchanged, "skipped": skipped}
+
+
+def _merge_grid(sweep_dir: Path, dest: Path, cells: set[str]) -> None:
+    """DEST/grid.json gains the sweep grid's cells of the exported runs (those it already holds
+    are kept as they are); a sweep without a grid file leaves DEST's alone."""
+    try:
+        grid = rundir.read_grid(sweep_dir) or {}
+    except rundir.UnreadableGrid as e:
+        print(f"warning: {e}; {dest}'s grid.json left as it was", file=sys.stderr)
+        return
+    new = [c for c in grid.get("cells", []) if isinstance(c, dict) and c.get("cell") in cells]
+    merged = rundir.read_grid(dest) or {k: v for k, v in grid.items() if k != "cells"}
+    held = {c.get("cell") for c in merged.get("cells", []) if isinstance(c, dict)}
+    added = [c for c in new if c["cell"] not in held]
+    if added:
+        merged["cells"] = [*merged.get("cells", []), *added]
+        atomic_write_json(dest / rundir.GRID, merged)
+
+
+def _export_main(args: argparse.Namespace) -> int:
+    try:
+        done = export(args.sweep_dir, args.dest, dry_run=args.dry_run)
+    except (FileNotFoundError, ValueError, ExportConflict, rundir.UnreadableGrid) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    verb = "would copy" if args.dry_run else "copied"
+    for cell in done["copied"]:
+        print(f"{verb:10s}  {cell}")
+    for cell, state in done["skipped"]:
+        print(f"{'left out':10s}  {cell}  ({state}: export again when it is done)")
+    print(
+        f"{len(done['copied'])} run(s) {verb}, {len(done['unchanged'])} already in {args.dest}, "
+        f"{len(done['skipped'])} not finished"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlt.sweep", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("status", help="state and progress of every cell of a sweep")
     p.add_argument("sweep_dir")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p = sub.add_parser(
+        "export", help="copy the finished runs' result files into a folder to commit"
+    )
+    p.add_argument("sweep_dir")
+    p.add_argument("dest")
+    p.add_argument("--dry-run", action="store_true", help="list what would be copied, copy nothing")
     args = parser.parse_args(argv)
+    if args.command == "export":
+        return _export_main(args)
     try:
         records = cell_states(args.sweep_dir)
     except FileNotFoundError as e:

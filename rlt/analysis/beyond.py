@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from rlt.analysis.budgets import budget_label, by_preset
 from rlt.analysis.collect import Collection
-from rlt.analysis.findings import budget_label, by_preset
 from rlt.analysis.table_core import Table
 from rlt.analysis.tables import scaled_accuracy_table
 

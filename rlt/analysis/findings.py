@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from rlt.analysis.budgets import budget_of  # noqa: F401 - findings.budget_of, as callers spell it
+from rlt.analysis.budgets import budget_label, by_preset
 from rlt.analysis.collect import Collection
 from rlt.analysis.table_core import Table
 from rlt.analysis.tables import length_table, val_table
@@ -97,10 +97,6 @@ REPORT_VAL = {
     "s5": {"4+4": 0.78, "5+3": 2.47, "6+2": 2.21, "7+1": 2.08, "8+0": 1.82, "Transformer 8": 0.52},
 }
 _REPORT_SPLITS = ("4+4", "5+3", "6+2", "7+1", "8+0")
-# Training examples per step of the presets whose verdicts the page shows (batch 64).
-_BATCH = {"laptop": 64, "laptop_long": 64, "laptop_scout": 64}
-# their step counts, before any run finished
-_STEPS = {"laptop": 3000, "laptop_long": 16000, "laptop_scout": 48000}
 
 
 def task_kind(task: str) -> str:
@@ -329,77 +325,6 @@ class _Cells:
     def in_grid(self, cell: Cell) -> bool:
         """Whether this budget ran or asks for the cell at all."""
         return (cell.task, cell.column) in self.expected or self.learned(cell) is not None
-
-
-def budget_label(preset: str, c: Collection) -> tuple[str, str]:
-    """(short label, what it means) of a budget: ("3,000 steps", "3,000 steps x 64 = 192,000
-    training examples (preset laptop)"), from its runs' step count. A budget read from longer
-    runs (``<preset>@<step>``: callbacks.budgets) says whose schedule it kept: ("16,000 of
-    48,000 steps", "... the checkpoints selected within the first 16,000 steps of 48,000-step
-    runs ...")."""
-    base, within = budget_of(preset)
-    steps = c.used["max_steps"].dropna()
-    if steps.empty and base not in _STEPS:
-        return preset, f"preset {preset}: no finished run yet"
-    n = within if within else int(steps.max()) if not steps.empty else _STEPS[base]
-    batch = _BATCH.get(base)
-    examples = f" x {batch} = {n * batch:,} training examples" if batch else ""
-    if within:
-        total = c.used["schedule_steps"].dropna() if "schedule_steps" in c.used else steps[:0]
-        of = int(total.max()) if not total.empty else _STEPS.get(base)
-        named = "" if base in _BATCH else f" ({preset})"  # a suffixed preset keeps its tier
-        return f"{n:,} of {of:,} steps{named}", (
-            f"the checkpoints selected within the first {n:,} steps{examples} of {of:,}-step "
-            f"runs (preset {base}, callbacks.budgets; the learning rate on the {of:,}-step "
-            "schedule)"
-        )
-    short = f"{n:,} steps" if batch else f"{n:,} steps ({preset})"
-    return short, f"{n:,} steps{examples} (preset {preset})"
-
-
-def _preset_steps(preset: str, c: Collection) -> int:
-    """A preset's step count: ``@<step>``'s, else its runs' longest, else the known one."""
-    base, within = budget_of(preset)
-    if within:
-        return within
-    steps = c.runs.loc[c.runs["preset"] == preset, "max_steps"].dropna()
-    return int(steps.max()) if not steps.empty else _STEPS.get(base, 0)
-
-
-def by_preset(c: Collection) -> list[tuple[str, Collection]]:
-    """The collection split into one per scale preset (a budget), rows named by task alone;
-    one preset gives the collection itself."""
-    presets = sorted(set(c.runs["preset"].dropna()) | set(c.expected["preset"].dropna()))
-    if len(presets) <= 1:
-        return [(presets[0] if presets else "", c)]
-    presets.sort(key=lambda p: (_preset_steps(p, c), p))  # budgets in order of their steps
-
-    def keep(df: pd.DataFrame, preset: str) -> pd.DataFrame:
-        if df.empty or "preset" not in df:
-            return df
-        out = df[df["preset"] == preset].copy()
-        if "row" in out and "task" in out:
-            out["row"] = out["task"]
-        return out
-
-    return [
-        (
-            p,
-            Collection(
-                sweep_dirs=c.sweep_dirs,
-                runs=keep(c.runs, p),
-                val=keep(c.val, p),
-                train=keep(c.train, p),
-                test=keep(c.test, p),
-                expected=keep(c.expected, p),
-                incomplete=keep(c.incomplete, p),
-                models=c.models,
-                warnings=c.warnings,
-                probe=keep(c.probe, p),
-            ),
-        )
-        for p in presets
-    ]
 
 
 def _learned_seeds(stat: _Cells, cell: Cell) -> str | None:
