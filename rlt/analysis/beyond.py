@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from rlt.analysis.budgets import budget_label, by_preset
 from rlt.analysis.collect import Collection
 from rlt.analysis.table_core import Table
 from rlt.analysis.tables import scaled_accuracy_table
+from rlt.analysis.tiers import budget_label, by_preset
 
 
 def beyond_table(

@@ -47,10 +47,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from rlt.analysis.budgets import budget_label, by_preset
 from rlt.analysis.collect import Collection
 from rlt.analysis.table_core import Table
 from rlt.analysis.tables import length_table, val_table
+from rlt.analysis.tiers import budget_label, by_preset
 
 MARGIN = 10.0
 EXACT = 99.0

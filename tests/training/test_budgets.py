@@ -54,7 +54,8 @@ def test_the_tables_read_each_budget_as_its_own_tier(tmp_path):
     with its curves cut at the step and the test rows of the checkpoints selected within it;
     the verdict tiers come in order of their steps and name the longer schedule."""
     from rlt.analysis import collect
-    from rlt.analysis.budgets import budget_label, budget_of, by_preset
+    from rlt.analysis.budgets import budget_of
+    from rlt.analysis.tiers import budget_label, by_preset
 
     out = run(tiny(tmp_path, "scale.max_steps=8", "callbacks.budgets=[4]"))
     res = load_results(out["run_dir"])
