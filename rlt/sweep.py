@@ -216,9 +216,10 @@ def _export_main(args: argparse.Namespace) -> int:
         print(f"{verb:10s}  {cell}")
     for cell, state in done["skipped"]:
         print(f"{'left out':10s}  {cell}  ({state}: export again when it is done)")
+    copied = "to copy (dry run)" if args.dry_run else "copied"
     print(
-        f"{len(done['copied'])} run(s) {verb}, {len(done['unchanged'])} already in {args.dest}, "
-        f"{len(done['skipped'])} not finished"
+        f"{len(done['copied'])} run(s) {copied}, {len(done['unchanged'])} already in "
+        f"{args.dest}, {len(done['skipped'])} not finished"
     )
     return 0
 
