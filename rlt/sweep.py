@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rlt import rundir
-from rlt.atomic import atomic_write_json, atomic_write_text
+from rlt.atomic import atomic_write, atomic_write_json
 from rlt.rundir import find_runs
 from rlt.training import slurm
 
@@ -181,8 +181,9 @@ def export(sweep_dir: str | Path, dest: str | Path, *, dry_run: bool = False) ->
         (unchanged if same else copied).append(cell)
         if dry_run or same:
             continue
-        for f in files:
-            atomic_write_text(dest / cell / f, (src / f).read_text())
+        for f in files:  # byte for byte (Lightning's CSV ends its lines in CRLF)
+            data = (src / f).read_bytes()
+            atomic_write(dest / cell / f, lambda out, data=data: out.write(data), mode="wb")
     if not dry_run and done:
         _merge_grid(sweep_dir, dest, set(done))
     return {"copied": copied, "unchanged": unchanged, "skipped": skipped}

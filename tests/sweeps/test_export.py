@@ -45,6 +45,7 @@ def _done_run(d: Path, acc: float) -> None:
         _write(d / name, f"{name} of {d.name}\n")
     _write(d / "status.json", json.dumps({"state": "done", "step": 8, "max_steps": 8}))
     _write(d / "results.json", json.dumps({"val_curve": [{"step": 8, "acc": acc}]}))
+    (d / "csv" / "metrics.csv").write_bytes(b"step,train/loss\r\n8,0.5\r\n")  # Lightning's CRLF
 
 
 @pytest.fixture
