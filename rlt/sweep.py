@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from rlt import rundir
-from rlt.atomic import atomic_write, atomic_write_json
+from rlt.atomic import atomic_replace, atomic_write_json
 from rlt.rundir import find_runs
 from rlt.training import slurm
 
@@ -182,8 +183,7 @@ def export(sweep_dir: str | Path, dest: str | Path, *, dry_run: bool = False) ->
         if dry_run or same:
             continue
         for f in files:  # byte for byte (Lightning's CSV ends its lines in CRLF)
-            data = (src / f).read_bytes()
-            atomic_write(dest / cell / f, lambda out, data=data: out.write(data), mode="wb")
+            atomic_replace(dest / cell / f, lambda tmp, p=src / f: shutil.copyfile(p, tmp))
     if not dry_run and done:
         _merge_grid(sweep_dir, dest, set(done))
     return {"copied": copied, "unchanged": unchanged, "skipped": skipped}
