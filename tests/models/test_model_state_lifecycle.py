@@ -365,8 +365,8 @@ def test_rlt2_carries_the_last_complete_chunk_output_through_a_partial_chunk():
     chunk (position 3), as after 4 tokens; a partial chunk keeps it.
 
     Bit for bit in portable arithmetic (the default): MKL's STRICT mode sums each GEMM output
-    in one order whatever the rows of the call (rlt/portable/), so position 3 gets the same
-    bits from a 4-token and a 6-token prefill. With RLT_PORTABLE=0 MKL's own mode rounds a row
+    in one order whatever the rows of the call, 4 or more (rlt/portable/; the test below), so
+    position 3 gets the same bits from a 4-token and a 6-token prefill. With RLT_PORTABLE=0 MKL's own mode rounds a row
     by how many rows the call holds (seen on an Intel Xeon), so there only closeness is
     guaranteed."""
     from rlt import portable
@@ -384,6 +384,16 @@ def test_rlt2_carries_the_last_complete_chunk_output_through_a_partial_chunk():
     assert (after8.s - after4.s).abs().max() > 1e-3  # the second chunk completed
 
 
+def _cpu_vendor() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("vendor_id"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 @pytest.mark.parametrize("rows", [1, 3, 4, 7, 20])
 def test_a_projection_rounds_a_row_the_same_whatever_rows_the_call_holds(rows):
     """What makes the test above hold: in portable arithmetic F.linear over the first ``rows``
@@ -393,6 +403,10 @@ def test_a_projection_rounds_a_row_the_same_whatever_rows_the_call_holds(rows):
 
     if not (portable.active() and portable.mkl_cbwr() == "AVX2,STRICT"):
         pytest.skip(f"row-count invariance is portable arithmetic's (here: {portable.status})")
+    if 2 * rows < 4 and _cpu_vendor() == "AuthenticAMD":
+        # Seen on an AMD EPYC (AVX-512, 2026-12-07): under AVX2,STRICT a GEMM of 1-3 rows rounds
+        # differently from one of 4 or more (at every width here; 4, 5, 8 rows agree).
+        pytest.xfail("MKL's STRICT mode on AMD EPYC rounds calls of 1-3 rows their own way")
     g = torch.Generator().manual_seed(rows)
     for n_in, n_out in ((32, 96), (64, 192), (64, 340), (170, 64), (512, 1365)):
         x = torch.randn(2, 24, n_in, generator=g)
