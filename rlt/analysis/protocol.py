@@ -20,7 +20,7 @@ def protocol_of(run_dir: Path) -> str:
     import yaml
 
     try:
-        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+        cfg = _safe_load((run_dir / "config.yaml").read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return ""
     if not isinstance(cfg, dict):
@@ -43,6 +43,14 @@ def protocol_of(run_dir: Path) -> str:
         if changed:
             tags.append(f"{group} " + " ".join(changed))
     return "; ".join(tags)
+
+
+def _safe_load(text: str):
+    """yaml.safe_load through libyaml where PyYAML has it: the same safe loader, about ten times
+    faster, which matters when a table reads the config of every run of a collection."""
+    import yaml
+
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 @functools.cache
