@@ -17,6 +17,13 @@ Intel Xeon, and that host parted from the AMD references at step 20. A run keeps
 it started in: status.json records ``portable`` and ``arithmetic`` (the three settings), and a resume in another one is
 refused (:func:`resume_mismatch`); ``MKL_CBWR=AVX2`` (set by hand) resumes a run begun before.
 
+Pinning is not all of it: MKL picks some code paths by the CPU's vendor whatever ``MKL_CBWR``
+says (an AMD EPYC runs ``AUTO,STRICT``), and its float32 square root, which AdamW takes every
+step, is one unit in the last place off there for about one value in six. So the processes that
+compute with rlt's models also round float32 square roots correctly, on every CPU
+(rlt/portable/kernels.py, since 2026-12-07; ``RLT_EXACT_SQRT=0`` gives torch's own, the
+arithmetic of runs begun before; ``exact_sqrt`` in status.json and results.json).
+
 It holds for everything that imports ``rlt`` first (train.py, eval.py, ``python -m rlt.probe``,
 ``python -m rlt.bench``, SLURM jobs); results.json records what was in force (``arithmetic``).
 ``RLT_PORTABLE=0`` gives torch's own choice (the CPU's widest kernels: how every result
@@ -34,6 +41,7 @@ import platform
 import sys
 
 ENV = "RLT_PORTABLE"
+EXACT_SQRT = "RLT_EXACT_SQRT"
 SETTINGS = {
     "ATEN_CPU_CAPABILITY": "avx2",
     "MKL_CBWR": "AVX2,STRICT",
@@ -120,6 +128,30 @@ def active() -> bool:
     return status.startswith("on")
 
 
+def exact_sqrt() -> bool:
+    """Whether this process rounds float32 square roots correctly on every CPU
+    (rlt/portable/kernels.py): while portable arithmetic is on in its settings of today, unless
+    ``RLT_EXACT_SQRT=0`` (torch's own square root: the portable arithmetic of runs begun before
+    2026-12-07, which differs on AMD hosts). ``MKL_CBWR=AVX2`` (the earlier arithmetic) keeps
+    torch's own too."""
+    if not active() or mkl_cbwr() == EARLIER_MKL_CBWR:
+        return False
+    value = os.environ.get(EXACT_SQRT, "").strip().lower()
+    if value and value not in ON + OFF:
+        print(
+            f"[rlt] {EXACT_SQRT}={os.environ[EXACT_SQRT]!r} is neither on nor off; keeping the "
+            "default, on",
+            file=sys.stderr,
+        )
+    return value not in OFF
+
+
+def started_arithmetic() -> dict[str, object]:
+    """What a fresh run records as the arithmetic it starts in (status.json ``arithmetic``):
+    the three settings and whether its square roots are exact; it resumes only in the same."""
+    return {**variables(), "exact_sqrt": exact_sqrt()}
+
+
 def variables() -> dict[str, str | None]:
     """The three settings as this process has them (normalized; None where unset), portable
     or not: what status.json (``arithmetic``) and scored files record, and a resume compares."""
@@ -175,8 +207,8 @@ def resume_mismatch(started_portable: object, started_settings: object = None) -
         return None
     if started_portable == active():
         differ = _differing(started_settings, started_portable)
-        if differ is None:
-            return None
+        if differ is None:  # the exact square root is part of portable arithmetic only
+            return _sqrt_mismatch(started_settings) if started_portable else None
         return f"it started with {differ[0]}: resume it with {differ[1]}"
     if started_portable:
         return (
@@ -184,6 +216,24 @@ def resume_mismatch(started_portable: object, started_settings: object = None) -
             f"it on a CPU with AVX2 without {ENV}=0"
         )
     return f"it started with portable arithmetic off: resume it with {ENV}=0"
+
+
+def _sqrt_mismatch(started_settings: object) -> str | None:
+    """Why a run in this arithmetic's settings cannot resume here for its square root: it
+    started with torch's own (before 2026-12-07, or ``RLT_EXACT_SQRT=0``: no ``exact_sqrt``
+    recorded means torch's) and this process rounds exactly, or the other way round."""
+    then = isinstance(started_settings, dict) and started_settings.get("exact_sqrt") is True
+    if then == exact_sqrt():
+        return None
+    if then:
+        return (
+            f"it started with float32 square roots rounded exactly and this process has "
+            f"{EXACT_SQRT}={os.environ.get(EXACT_SQRT)}: resume it without {EXACT_SQRT}=0"
+        )
+    return (
+        "it started with torch's own float32 square root (begun before 2026-12-07, or with "
+        f"{EXACT_SQRT}=0) and this process rounds it exactly: resume it with {EXACT_SQRT}=0"
+    )
 
 
 def scoring_note(results: dict) -> str | None:
@@ -227,10 +277,15 @@ def describe() -> dict[str, object]:
     """What decided this process's CPU arithmetic (for results.json ``arithmetic``)."""
     import torch
 
+    from rlt.portable import kernels
+
     return {
         "portable": active(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         **{name.lower(): os.environ.get(name) for name in SETTINGS},
+        # float32 square roots rounded correctly on every CPU (rlt/portable/kernels.py), since
+        # 2026-12-07; absent from earlier results
+        "exact_sqrt": kernels.installed(),
         "cpu_model": cpu_model(),
         "threads": torch.get_num_threads(),
     }

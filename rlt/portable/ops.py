@@ -24,6 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from rlt.portable import kernels
+
+kernels.install()  # the kernels as the families run them (a correctly rounded square root)
+
 # (name, d_model, d_ff, heads, batch, positions): the laptop preset's training step (64 x 20
 # tokens) and one micro-batch of the paper preset (32 x 41 tokens, parity's longest + 1).
 SHAPES = {"laptop": (64, 170, 4, 64, 20), "paper": (512, 1365, 4, 32, 41)}

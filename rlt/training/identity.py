@@ -226,7 +226,7 @@ def started_with(spec: RunSpec) -> dict[str, Any]:
     same (:func:`check_resumable`)."""
     return {
         "portable": portable.active(),
-        "arithmetic": portable.variables(),
+        "arithmetic": portable.started_arithmetic(),
         "added_tokens": added_tokens(spec),
     }
 

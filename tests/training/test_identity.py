@@ -444,7 +444,7 @@ def test_a_portable_run_begun_before_strict_resumes_only_with_mkl_cbwr_avx2(tmp_
     )
     path = Path(out["run_dir"]) / "status.json"
     status = json.loads(path.read_text())
-    assert status["arithmetic"] == portable.variables()
+    assert status["arithmetic"] == portable.started_arithmetic()
     status["portable"] = True
     del status["arithmetic"]
     path.write_text(json.dumps(status))
@@ -458,6 +458,38 @@ def test_a_portable_run_begun_before_strict_resumes_only_with_mkl_cbwr_avx2(tmp_
         run(tiny(tmp_path))
     assert snapshot(tmp_path) == before
     monkeypatch.setenv("MKL_CBWR", "avx2")  # spelled as a user might
+    assert run(tiny(tmp_path))["state"] == "resumed"
+
+
+def test_a_portable_run_begun_before_the_exact_square_root_resumes_only_without_it(
+    tmp_path, monkeypatch
+):
+    """A portable run whose recorded arithmetic has no ``exact_sqrt`` began before 2026-12-07,
+    with torch's own float32 square root (AdamW's, one ulp off on AMD hosts): resuming it with
+    the exact one would change its updates mid-run, so it is refused in one line naming
+    RLT_EXACT_SQRT=0, nothing written; with RLT_EXACT_SQRT=0 it resumes, and a run begun with
+    the exact root is refused under RLT_EXACT_SQRT=0."""
+    monkeypatch.setattr(portable, "status", "on")
+    for name, value in portable.SETTINGS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv(portable.EXACT_SQRT, raising=False)
+    out = run(
+        tiny(tmp_path, "+callbacks.inject_failure={kind: error, step: 3}"), raise_on_failure=False
+    )
+    path = Path(out["run_dir"]) / "status.json"
+    status = json.loads(path.read_text())
+    assert status["arithmetic"]["exact_sqrt"] is True
+    monkeypatch.setenv(portable.EXACT_SQRT, "0")
+    with pytest.raises(ConfigError, match=r"rounded exactly .* resume it without RLT_EXACT_SQRT=0"):
+        run(tiny(tmp_path))
+    monkeypatch.delenv(portable.EXACT_SQRT)
+    del status["arithmetic"]["exact_sqrt"]
+    path.write_text(json.dumps(status))
+    before = snapshot(tmp_path)
+    with pytest.raises(ConfigError, match=r"torch's own .* resume it with RLT_EXACT_SQRT=0") as err:
+        run(tiny(tmp_path))
+    assert "\n" not in str(err.value) and snapshot(tmp_path) == before
+    monkeypatch.setenv(portable.EXACT_SQRT, "0")
     assert run(tiny(tmp_path))["state"] == "resumed"
 
 
