@@ -394,8 +394,9 @@ def test_a_projection_rounds_a_row_the_same_whatever_rows_the_call_holds(rows):
     if not (portable.active() and portable.mkl_cbwr() == "AVX2,STRICT"):
         pytest.skip(f"row-count invariance is portable arithmetic's (here: {portable.status})")
     if 2 * rows < 4 and "AMD" in portable.cpu_model():
-        # Seen on an AMD EPYC (AVX-512, 2026-12-07): under AVX2,STRICT a GEMM of 1-3 rows rounds
-        # differently from one of 4 or more (at every width here; 4, 5, 8 rows agree).
+        # Seen on an AMD EPYC (family 25 model 1, Zen 3, AVX2): under AVX2,STRICT (which MKL
+        # runs as AUTO,STRICT on AMD) a GEMM of 1-3 rows rounds differently from one of 4 or
+        # more (at every width here; 4, 5, 8 rows agree). docs/REPRODUCIBILITY.md.
         pytest.xfail("MKL's STRICT mode on AMD EPYC rounds calls of 1-3 rows their own way")
     g = torch.Generator().manual_seed(rows)
     for n_in, n_out in ((32, 96), (64, 192), (64, 340), (170, 64), (512, 1365)):
