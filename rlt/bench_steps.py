@@ -15,6 +15,9 @@ from rlt.bench_measure import WARMUP_MAX, heap_settled, minor_faults
 from rlt.bench_stream import timed
 from rlt.models import build_model, parse_split
 from rlt.models import config as mc
+from rlt.portable import kernels
+
+kernels.install()  # the training step as training takes it (AdamW's exact square root)
 
 
 def build_variants(args: argparse.Namespace) -> dict[str, torch.nn.Module]:

@@ -12,8 +12,11 @@ from typing import Any
 import torch
 
 from rlt import rundir
+from rlt.portable import kernels
 from rlt.state_probe import REQUIRED, format_probe, has_target, probe_model
 from rlt.training.kept import load_kept
+
+kernels.install()  # the probe's arithmetic as in the training process that probes
 
 
 def probe_run_dir(run_dir: Path, policy: str = "min_val_loss") -> dict[str, Any]:

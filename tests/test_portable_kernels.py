@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-import rlt.models  # noqa: F401  (installs the kernels, as every training process does)
+import rlt.training.module  # noqa: F401  (installs the kernels, as every training process does)
 from rlt.portable import kernels
 
 
@@ -90,7 +90,7 @@ def test_the_square_roots_gradient_is_unchanged() -> None:
 
 def test_the_kernels_are_portable_arithmetics_only() -> None:
     code = (
-        "import rlt.models, torch; from rlt.portable import kernels, describe; "
+        "import rlt.training.module, torch; from rlt.portable import kernels, describe; "
         "print(kernels.installed(), describe()['exact_sqrt'])"
     )
     env = {k: v for k, v in os.environ.items() if k != "RLT_PORTABLE"}

@@ -24,11 +24,6 @@ from rlt.models.pdssm import PDSSM
 from rlt.models.rlt import RecurrentLoopedTransformer
 from rlt.models.state import KVCache, LSTMState, RLTState, TransformerState, WindowKV
 from rlt.models.transformer import DecoderOnlyTransformer
-from rlt.portable import kernels
-
-# Portable arithmetic's own kernels (a square root that rounds alike on every CPU) for every
-# process that computes with these models; nothing while RLT_PORTABLE=0.
-kernels.install()
 
 __all__ = [
     "DeltaNet",

@@ -20,7 +20,7 @@ refused (:func:`resume_mismatch`); ``MKL_CBWR=AVX2`` (set by hand) resumes a run
 Pinning is not all of it: MKL picks some code paths by the CPU's vendor whatever ``MKL_CBWR``
 says (an AMD EPYC runs ``AUTO,STRICT``), and its float32 square root, which AdamW takes every
 step, is one unit in the last place off there for about one value in six. So the processes that
-compute with rlt's models also round float32 square roots correctly, on every CPU
+train rlt's models (and benchmark or probe them) also round float32 square roots correctly, on every CPU
 (rlt/portable/kernels.py, since 2026-12-07; ``RLT_EXACT_SQRT=0`` gives torch's own, the
 arithmetic of runs begun before; ``exact_sqrt`` in status.json and results.json).
 

@@ -10,16 +10,17 @@ moment at every step, so before this module an AMD host parted from the Intel re
 the first optimizer step (training step 1), every earlier operation equal bit for bit
 (``../shared/tools/op_hashes.py`` on the 20-step laptop run, 2026-12-07).
 
-:func:`install` registers, while portable arithmetic is on, a CPU kernel for ``aten::sqrt`` that
-rounds correctly on every host: a float32 (or half-precision) input is taken to float64, its
-square root taken there and rounded once (an integer input first becomes float32, as ATen
-promotes it). A float64 square root within one unit of its last
-place (MKL's promise for ``vdSqrt``, on any CPU) rounds to the correctly rounded float32 result,
-because a float32 square root is never closer than 2^-50 (relative) to a point halfway between
-two float32 numbers, and 53 bits resolve that. Where ``vsSqrt`` already rounds correctly (the
-Intel Xeon of the references) every number stays what it was; other dtypes get ATen's own
-square root (``pow(x, 0.5)``, which is ATen's sqrt kernel). Only the CPU is replaced: CUDA's
-float32 square root rounds correctly by default.
+:func:`install` (called where rlt trains, benchmarks a training step or probes a run:
+rlt/training/module.py, rlt/bench_steps.py, rlt/probe.py, and by this package's op references)
+registers, while portable arithmetic is on, a CPU kernel for ``aten::sqrt`` that rounds correctly
+on every host: a float32 (or half-precision) input is taken to float64, its square root taken
+there and rounded once (an integer input first becomes float32, as ATen promotes it). A float64
+square root within one unit of its last place (MKL's promise for ``vdSqrt``, on any CPU) rounds
+to the correctly rounded float32 result, because a float32 square root is never closer than
+2^-50 (relative) to a point halfway between two float32 numbers, and 53 bits resolve that. Where
+``vsSqrt`` already rounds correctly (the Intel Xeon of the references) every number stays what
+it was; other dtypes get ATen's own square root (``pow(x, 0.5)``, which is ATen's sqrt kernel).
+Only the CPU is replaced: CUDA's float32 square root rounds correctly by default.
 """
 
 from __future__ import annotations
