@@ -19,13 +19,13 @@ from torch import nn
 from rlt import families
 from rlt.models import build_model
 from rlt.portable import kernels
+from rlt.tasks import metrics as task_metrics
+from rlt.training import optim
+from rlt.training.evaluate import mean_over_examples
 
 # Training takes portable arithmetic's own kernels (a float32 square root that rounds alike on
 # every CPU: AdamW's); nothing while RLT_PORTABLE=0 or RLT_EXACT_SQRT=0.
 kernels.install()
-from rlt.tasks import metrics as task_metrics
-from rlt.training import optim
-from rlt.training.evaluate import mean_over_examples
 
 
 class SequenceModule(L.LightningModule):
