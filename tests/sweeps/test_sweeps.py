@@ -200,7 +200,7 @@ def test_submitit_local_executor(tmp_path):
         ("laptop_seeds", 12, 12),
         ("laptop_long", 48, 48),
         ("laptop_long_cells", 12, 12),
-        ("laptop_long_seeds", 10, 10),
+        ("laptop_long_seeds", 12, 12),
         ("laptop_long_parity40", 9, 9),
         ("laptop_long_schedule", 9, 9),
         ("laptop_long_s5", 6, 6),

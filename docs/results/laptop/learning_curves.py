@@ -164,8 +164,9 @@ def cost() -> str:
     estimate of a 48,000-step scout, per run and for its three seeds, and what the scouts that
     ran took, measured the same way."""
     lines = [
-        "| cell | 16,000 steps: core-hours per run (measured, mean of n) | 48,000-step scout: "
-        "per run, estimated | 3 seeds, estimated | per run, measured (mean of n) |",
+        "| cell | 16,000 steps: core-hours per run (measured as training wall time, mean of n) "
+        "| 48,000-step scout: per run, estimated | 3 seeds, estimated | per run, measured (the "
+        "same, mean of n) |",
         "|---|---:|---:|---:|---:|",
     ]
     total = 0.0
