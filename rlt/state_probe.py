@@ -80,10 +80,25 @@ def label_at_end(task: Task, targets: dict[str, np.ndarray]) -> int:
     return vocab.PERM_OFFSET + int(targets["state"][-1])
 
 
-def _hook_module(model: nn.Module) -> nn.Module:
-    """The module whose input is the representation: the final norm, else the head."""
-    norm = getattr(model, "norm", None)
-    return norm if isinstance(norm, nn.Module) else model.head
+def _hook_module(model: nn.Module) -> nn.Module | None:
+    """The module whose input is the representation: the final norm, else the head (None when
+    the model has neither: a family of one's own may name them otherwise)."""
+    for name in ("norm", "head"):
+        module = getattr(model, name, None)
+        if isinstance(module, nn.Module):
+            return module
+    return None
+
+
+def can_probe(model: nn.Module) -> bool:
+    """Whether the probe can read ``model``'s representation (a final ``norm`` or ``head``)."""
+    return _hook_module(model) is not None
+
+
+NO_HOOK = (
+    "the state probe reads the input of the model's final `norm` (or, without one, its "
+    "`head`) module, and {name} has neither"
+)
 
 
 @torch.no_grad()
@@ -94,7 +109,10 @@ def representations(
     from rlt.tasks.data import collate
 
     captured: list[Tensor] = []
-    handle = _hook_module(model).register_forward_pre_hook(
+    hook = _hook_module(model)
+    if hook is None:
+        raise ValueError(NO_HOOK.format(name=type(model).__name__))
+    handle = hook.register_forward_pre_hook(
         lambda _m, args: captured.append(args[0].detach().float())
     )
     out: list[Tensor] = []

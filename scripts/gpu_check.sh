@@ -30,6 +30,20 @@ exec > >(tee -a "$OUT/gpu_check.log") 2>&1
 export PYTHONUNBUFFERED=1 WANDB_MODE=disabled
 START=$(date +%s)
 say() { echo "[gpu_check $(( $(date +%s) - START ))s] $*"; }
+# The whole check ends within BUDGET seconds (under the device call's timeout_s, 540), so the
+# summary is written even where steps run long: each step's own limit is cut to what is left
+# (15 s kept for the summary), and a step with under 10 s left is skipped.
+BUDGET=${GPU_CHECK_BUDGET:-500}
+step() {  # step LIMIT COMMAND...
+  local left=$((BUDGET - 15 - ($(date +%s) - START)))
+  local limit=$(($1 < left ? $1 : left))
+  shift
+  if [ "$limit" -lt 10 ]; then
+    say "skipped, the check's ${BUDGET} s are spent: ${*:2:3} ..."
+    return 124
+  fi
+  timeout "$limit" "$@"
+}
 
 # Wheels the machine lacks (scripts/gpu_wheels.sh), into a temporary path; its torch stays.
 if ls "$REPO"/.wheels/*.whl >/dev/null 2>&1; then
@@ -47,15 +61,15 @@ say "mode $MODE, python $("$PY" -c 'import sys; print(sys.version.split()[0])'),
 
 # the C++ token loop (rlt/models/native.py), built once here so the tests and the bench load it
 say "building the C++ token loop"
-timeout 120 "$PY" -c "from rlt.models.native import token_loop; token_loop()" ||
+step 120 "$PY" -c "from rlt.models.native import token_loop; token_loop()" ||
   say "the C++ token loop did not build: its tests skip or fail, bench_native.json is missing"
 
 # a. tests
 say "a. tests"
 if [ "$MODE" = cuda ]; then
-  timeout 180 "$PY" -m pytest -q -p no:cacheprovider -m cuda --junitxml "$OUT/pytest.xml" tests
+  step 180 "$PY" -m pytest -q -p no:cacheprovider -m cuda --junitxml "$OUT/pytest.xml" tests
 else
-  timeout 150 "$PY" -m pytest -q -p no:cacheprovider -k cpu --junitxml "$OUT/pytest.xml" \
+  step 150 "$PY" -m pytest -q -p no:cacheprovider -k cpu --junitxml "$OUT/pytest.xml" \
     tests/models/test_model_gpu_path.py
 fi
 say "tests exit $?"
@@ -67,18 +81,18 @@ if [ "$MODE" = cuda ]; then
 else
   BENCH=(--device cpu --preset small --batch 8 --length 12 --threads 1 --repeats 1 --no-memory)
 fi
-timeout 120 "$PY" -m rlt.bench "${BENCH[@]}" --json "$OUT/bench_fp32.json"
-timeout 120 "$PY" -m rlt.bench "${BENCH[@]}" --bf16 --json "$OUT/bench_bf16.json"
+step 120 "$PY" -m rlt.bench "${BENCH[@]}" --json "$OUT/bench_fp32.json"
+step 120 "$PY" -m rlt.bench "${BENCH[@]}" --bf16 --json "$OUT/bench_bf16.json"
 if [ "$MODE" = cuda ]; then
-  timeout 120 "$PY" -m rlt.bench "${BENCH[@]}" --bf16 --cuda-graph --json "$OUT/bench_graph.json"
-  timeout 120 "$PY" -m rlt.bench "${BENCH[@]}" --bf16 --compile --variants rlt0,rlt1 \
+  step 120 "$PY" -m rlt.bench "${BENCH[@]}" --bf16 --cuda-graph --json "$OUT/bench_graph.json"
+  step 120 "$PY" -m rlt.bench "${BENCH[@]}" --bf16 --compile --variants rlt0,rlt1 \
     --repeats 3 --json "$OUT/bench_compile.json"
-  timeout 90 "$PY" -m rlt.bench "${BENCH[@]}" --bf16 --native --variants rlt0,rlt1 \
+  step 90 "$PY" -m rlt.bench "${BENCH[@]}" --bf16 --native --variants rlt0,rlt1 \
     --repeats 2 --json "$OUT/bench_native.json"
-  timeout 90 "$PY" -m rlt.bench --device cuda --preset small --split 1+1 --length 20 --threads 4 \
+  step 90 "$PY" -m rlt.bench --device cuda --preset small --split 1+1 --length 20 --threads 4 \
     --variants transformer,rlt0,rlt1 --repeats 5 --stack 5 --json "$OUT/bench_stack.json"
 else
-  timeout 90 "$PY" -m rlt.bench "${BENCH[@]}" --variants transformer,rlt1 --stack 2 \
+  step 90 "$PY" -m rlt.bench "${BENCH[@]}" --variants transformer,rlt1 --stack 2 \
     --json "$OUT/bench_stack.json"
 
   echo '{"skipped": "CUDA graphs need a GPU"}' > "$OUT/bench_graph.json"
@@ -99,7 +113,7 @@ for cell in "rlt1 model=rlt1 split=6+2" "transformer model=transformer split=6+2
   set -- $cell
   name=$1
   shift
-  timeout 210 "$PY" train.py "${RUN[@]}" "$@" root="$WORK/runs" logger=csv print_table=false
+  step 210 "$PY" train.py "${RUN[@]}" "$@" root="$WORK/runs" logger=csv print_table=false
   found=$(find "$WORK/runs" -path "*/$name/*" -name results.json | head -1)
   [ -n "$found" ] && cp "$found" "$OUT/run_$name.json" || say "run $name wrote no results"
 done

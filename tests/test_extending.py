@@ -89,8 +89,11 @@ def test_every_example_of_the_page_runs(tmp_path):
     assert "first_acc" in s5["selection"]["val"]
     assert {row["metric"] for row in s5["test"]} >= {"acc", "first_acc"}
     assert "validation first_acc (%)" in table and "| count_mod3 |" in table
-    # 4. the sweep ran its 8 cells
+    # 4. the sweep ran its 8 cells, and grid.json names them (what `rlt.sweep status` reads)
     assert "total: 8 done" in outputs[2]
+    grid = json.loads((tmp_path / "runs/my_grid/grid.json").read_text())
+    assert len(grid["cells"]) == 8
+    assert {c["model"] for c in grid["cells"]} == {"rlt1", "gru"}
     # 5. one -m trained the model and its variant, each under its own name, label and value
     for name, alpha, label in (("rlt1", 0.1, "RLT-1"), ("rlt1_alpha05", 0.5, "RLT-1 alpha=0.5")):
         config = yaml.safe_load(

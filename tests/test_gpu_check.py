@@ -64,3 +64,24 @@ def test_gpu_check_on_the_cpu_writes_its_files(tmp_path):
     # the faster of the two measured s/step.
     floor = 108 * 2000 * min(r["sec_per_step"] for r in runs.values()) / 3600
     assert estimate["hours"] >= floor
+
+
+def test_a_check_out_of_time_skips_its_steps_and_still_writes_the_summary(tmp_path):
+    """Each step's limit is cut to what is left of GPU_CHECK_BUDGET (the device call's own
+    timeout would kill the script before summary.json): with 25 s, nothing has 10 s left."""
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHON=sys.executable, GPU_CHECK_BUDGET="25")
+    proc = subprocess.run(
+        ["bash", str(REPO / "scripts" / "gpu_check.sh"), "--cpu", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    log = (out / "gpu_check.log").read_text()
+    assert log.count("skipped, the check's 25 s are spent") >= 5
+    summary = json.loads((out / "summary.json").read_text())
+    assert "did not run" in summary["tests"]["error"]
+    assert set(summary["runs"]) == {"rlt1", "transformer"}
+    assert all("error" in r for r in summary["runs"].values())

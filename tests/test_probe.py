@@ -104,6 +104,44 @@ def test_the_representation_is_what_the_head_reads(config):
             torch.testing.assert_close(again, logits[j, 1 : examples[j].length + 1])
 
 
+class _Renamed(torch.nn.Module):
+    """A family of one's own whose last layers are not called ``norm`` and ``head``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(140, 8)
+        self.out = torch.nn.Linear(8, 140)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.out(self.embed(tokens))
+
+
+def test_a_model_without_norm_or_head_skips_the_auto_probe_and_refuses_a_forced_one(capsys):
+    from types import SimpleNamespace
+
+    from rlt.training import results
+    from rlt.training.schema import ConfigError
+
+    model, task = _Renamed(), get_task("parity", n_test=4)
+    assert not probe.can_probe(model)
+    assert probe.can_probe(build_model(TransformerConfig(n_layers=1, **TINY)))
+    with pytest.raises(ValueError, match="final `norm` .* and _Renamed has neither"):
+        probe.representations(model, task.test_set(20))
+
+    def spec(setting, task_name="parity"):
+        return SimpleNamespace(settings=SimpleNamespace(probe=setting), task=get_task(task_name))
+
+    assert results.probe(spec("auto"), model) is None  # before any checkpoint is read
+    assert "state probe skipped" in capsys.readouterr().out
+    results.check_probe(spec("auto"), model)  # auto never refuses
+    with pytest.raises(ConfigError, match="_Renamed has neither; use evaluate.probe=auto"):
+        results.check_probe(spec(True), model)
+    with pytest.raises(ConfigError, match="task 'addition' has no running target"):
+        results.check_probe(
+            spec(True, "addition"), build_model(TransformerConfig(n_layers=1, **TINY))
+        )
+
+
 def test_the_fit_never_reads_a_test_sequence():
     task = get_task("parity", n_test=4)
     model = build_model(TransformerConfig(n_layers=1, **TINY))

@@ -283,10 +283,14 @@ def _split_name(cfg: DictConfig) -> str | None:
 
 def write_grid(config: DictConfig, sweep_dir: Path) -> None:
     """``grid.json``: the distinct cells this multirun will produce (analysis and
-    ``python -m rlt.sweep status`` use it to name missing cells)."""
+    ``python -m rlt.sweep status`` use it to name missing cells). Each job is composed with the
+    command's ``hydra.searchpath`` (a plugin's config directory, docs/EXTENDING.md), which Hydra
+    files among its own overrides, not the job's."""
     cells: dict[str, dict[str, Any]] = {}
+    hydra_args = list(config.hydra.overrides.get("hydra") or [])
+    searchpath = [a for a in hydra_args if a.lstrip("+~").startswith("hydra.searchpath")]
     for job in expand_jobs(config):
-        cfg = compose_job(job)
+        cfg = compose_job([*job, *searchpath])
         cells.setdefault(
             cfg.cell,
             {

@@ -87,6 +87,27 @@ def evaluate_policies(
     return by_policy, by_budget
 
 
+def check_probe(spec, model: torch.nn.Module) -> None:
+    """``evaluate.probe=true`` where the probe cannot run (a task without a running target, a
+    model without a final ``norm`` or ``head``): refused before training, not after it."""
+    from rlt import state_probe
+    from rlt.training.schema import ConfigError
+
+    if spec.settings.probe is not True:
+        return
+    if not state_probe.has_target(spec.task):
+        raise ConfigError(
+            f"evaluate.probe=true: task {spec.task.name!r} has no running target to probe (probe "
+            f"tasks: {', '.join(state_probe.REQUIRED)}); use evaluate.probe=auto or false"
+        )
+    if not state_probe.can_probe(model):
+        raise ConfigError(
+            "evaluate.probe=true: "
+            + state_probe.NO_HOOK.format(name=type(model).__name__)
+            + "; use evaluate.probe=auto or false"
+        )
+
+
 def probe(spec, model: torch.nn.Module) -> dict[str, Any] | None:
     """``evaluate.probe``: the linear state probe of the selected (min_val_loss) checkpoint, or
     None where it is off or the task has no running target."""
@@ -94,6 +115,13 @@ def probe(spec, model: torch.nn.Module) -> dict[str, Any] | None:
 
     setting = spec.settings.probe
     if setting in (False, "off") or (setting == "auto" and not state_probe.has_target(spec.task)):
+        return None
+    if setting == "auto" and not state_probe.can_probe(model):
+        say(
+            "  state probe skipped: "
+            + state_probe.NO_HOOK.format(name=type(model).__name__)
+            + " (evaluate.probe=false silences this)"
+        )
         return None
     ckpt = load_weights(spec.dir.policy_file("min_val_loss"))
     restore(model, ckpt, spec)  # as evaluated: the last training stage's chunk size

@@ -31,6 +31,7 @@ from rlt.training import hydra_env, slurm
 from rlt.training.lifecycle import begin, check_writable, checked, finished
 from rlt.training.results import (
     assemble,
+    check_probe,
     evaluate_policies,
     log_results,
     print_table,
@@ -178,6 +179,7 @@ def _train_and_evaluate(spec: RunSpec, resume_step: int | None) -> dict[str, Any
     L.seed_everything(s.seed, workers=True, verbose=False)
     dm = spec.datamodule()
     module = build_module(spec)
+    check_probe(spec, module.model)
     step_paths = choose_step_paths(spec, module.model)
     live_bar = s.trainer.progress_bar and sys.stdout.isatty()
     recorder, callbacks = run_callbacks(spec, dm, live_bar)

@@ -304,6 +304,11 @@ def _check_groups(cfg: DictConfig) -> None:
             f"callbacks.policies={names} must keep min_val_loss, the report's selection (the "
             "checkpoint results.json is built on); add the others beside it"
         )
+    probe = (cfg.get("evaluate") or {}).get("probe", "auto")
+    if probe not in ("auto", True, False, "off"):
+        raise ConfigError(
+            f"evaluate.probe={probe!r}: use auto (on for tasks with a running target), true or false"
+        )
     extra = cfg.callbacks.get("extra")
     if extra is not None and (
         not isinstance(extra, ListConfig)

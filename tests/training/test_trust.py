@@ -244,6 +244,7 @@ def test_refused_values_leave_root_as_it_was(tmp_path, capsys, override, message
         ("callbacks.policies=[final]", "must keep min_val_loss"),
         ("callbacks.policies=[]", "must keep min_val_loss"),
         ("callbacks.policies=[min_val_loss,fnal]", "each must be one of"),
+        ("evaluate.probe=maybe", "evaluate.probe='maybe': use auto"),
     ],
 )
 def test_values_that_failed_late_are_refused_first(tmp_path, capsys, override, message):
