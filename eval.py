@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="key=value, e.g. task.test_lengths=[20,512]")
     parser.add_argument("--policy", default="min_val_loss", help="checkpoint policy to score")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
-    a = parser.parse_args(argv)
+    a = parser.parse_intermixed_args(argv)  # options between the overrides, as the doc shows
     bad = [o for o in a.overrides if o.split("=", 1)[0] not in ALLOWED or "=" not in o]
     if bad:
         print(f"error: {bad}: eval.py takes {', '.join(ALLOWED)} (key=value)", file=sys.stderr)

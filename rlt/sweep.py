@@ -153,6 +153,14 @@ def export(sweep_dir: str | Path, dest: str | Path, *, dry_run: bool = False) ->
     sweep_dir, dest = Path(sweep_dir), Path(dest)
     if dest.resolve() == sweep_dir.resolve():
         raise ValueError(f"DEST is the sweep directory itself ({dest}): name another folder")
+    if dest.resolve().is_relative_to(sweep_dir.resolve()):
+        raise ValueError(
+            f"DEST {dest} is inside the sweep directory {sweep_dir} (its copies would become "
+            "cells of the sweep): name a folder outside it"
+        )
+    blocked = next((p for p in (dest, *dest.parents) if p.exists()), None)
+    if blocked is not None and not blocked.is_dir():
+        raise ValueError(f"DEST {dest}: {blocked} is a file, not a folder; name a folder")
     states = cell_states(sweep_dir)
     done = [r["cell"] for r in states if r["state"] == "done"]
     skipped = [(r["cell"], r["state"]) for r in states if r["state"] != "done"]

@@ -300,3 +300,12 @@ def test_rows_written_before_the_record_merge_with_rows_of_the_old_default(run_d
     out.write_text(json.dumps(block))
     assert eval_main([str(run_dir), "task.test_lengths=[24]"]) == 0
     assert _lengths(out) == {24, 30}
+
+
+def test_the_module_texts_command_with_an_option_between_the_arguments_parses(tmp_path, capsys):
+    """``python eval.py RUN_DIR --policy final task.test_lengths=[512]`` (the module's text):
+    the override after the option is read as an override, not refused by the parser."""
+    missing = tmp_path / "nope"
+    assert eval_main([str(missing), "--policy", "final", "task.test_lengths=[512]"]) == 2
+    err = capsys.readouterr().err
+    assert f"{missing} is not a directory" in err and "unrecognized arguments" not in err

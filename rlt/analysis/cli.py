@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rlt.analysis.collect import NoResultsError, collect
 from rlt.analysis.definitions import MixedDefinitions
+from rlt.analysis.reference import UnreadableReference, load_reference
 from rlt.analysis.report import ReportOptions, write_report
 from rlt.analysis.table_core import Lengths
 from rlt.rundir import POLICIES
@@ -84,11 +85,23 @@ def _common(p: argparse.ArgumentParser) -> None:
 def _collected(a: argparse.Namespace):
     """The sweeps' Collection, its --metric checked; None (the error said) where there is
     nothing to read or the metric's definitions differ."""
+    # A sweep named twice (or through another path) is read once, not counted twice.
+    unique: dict[Path, Path] = {}
+    for d in a.sweep_dirs:
+        unique.setdefault(d.resolve(), d)
+    a.sweep_dirs = list(unique.values())
     try:
         c = collect(a.sweep_dirs)
         c.check_metric(a.metric)
     except (NoResultsError, MixedDefinitions) as e:
         print(f"error: {e}", file=sys.stderr)
+        return None
+    recorded = set(c.val.get("metric", [])) | set(c.test.get("metric", []))
+    if recorded and a.metric not in recorded:
+        print(
+            f"error: --metric {a.metric!r}: these runs record {', '.join(sorted(recorded))}",
+            file=sys.stderr,
+        )
         return None
     return c
 
@@ -116,6 +129,14 @@ def tables_main(argv: Sequence[str] | None = None) -> int:
         per_seed=not a.no_per_seed,
         schedule_view=a.schedule_view,
     )
+    if a.compare_report or a.reference is not None:
+        try:
+            load_reference(a.reference)
+        except UnreadableReference as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        if not a.compare_report:
+            print("note: --reference is read with --compare-report only", file=sys.stderr)
     c = _collected(a)
     if c is None:
         return 2

@@ -25,8 +25,23 @@ _TABLE_NAMES = {"table1": "Table 1", "table2": "Table 2", "feedback": "feedback"
 def load_reference(path: str | Path | None = None) -> dict:
     path = Path(path) if path else DEFAULT_REFERENCE
     if not path.is_file():
-        raise FileNotFoundError(f"reference file {path} not found: pass --reference PATH")
-    return json.loads(path.read_text())
+        raise UnreadableReference(f"reference file {path} not found: pass --reference PATH")
+    try:
+        reference = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UnreadableReference(
+            f"reference file {path} is not JSON ({e}): pass the report's numbers, e.g. "
+            f"--reference {DEFAULT_REFERENCE.relative_to(DEFAULT_REFERENCE.parents[2])}"
+        ) from None
+    if not isinstance(reference, dict):
+        raise UnreadableReference(
+            f"reference file {path} holds no JSON object: pass --reference PATH"
+        )
+    return reference
+
+
+class UnreadableReference(ValueError):
+    """A --reference file that cannot be read (missing, not JSON)."""
 
 
 _COMPARE_COLUMNS = [

@@ -72,6 +72,27 @@ def test_figures_cli(tmp_path: Path, capsys) -> None:
     assert "1 incomplete" in capsys.readouterr().err
 
 
+def test_a_misnamed_metric_or_reference_is_one_line_and_a_sweep_named_twice_is_read_once(
+    sweep: Path, tmp_path: Path, capsys
+) -> None:
+    out = tmp_path / "t"
+    assert tables_main([str(sweep), "--metric", "accuracy", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--metric 'accuracy': these runs record" in err and "acc" in err
+    not_json = tmp_path / "ref.txt"
+    not_json.write_text("mean 98.4")
+    for ref, says in ((not_json, "is not JSON"), (tmp_path / "none.json", "not found")):
+        assert tables_main([str(sweep), "--compare-report", "--reference", str(ref)]) == 2
+        err = capsys.readouterr().err
+        assert f"reference file {ref} {says}" in err and "cannot write" not in err
+    assert not out.exists()
+    once = tables_main([str(sweep), "--quiet", "--out", str(tmp_path / "once")])
+    twice = tables_main([str(sweep), f"{sweep}/../{sweep.name}", "--quiet", "--out", str(out)])
+    assert once == twice == 0
+    table = "table2_test_min_val_loss.csv"
+    assert (out / table).read_text() == (tmp_path / "once" / table).read_text()
+
+
 def test_bad_length_argument_names_the_expected_form(sweep: Path) -> None:
     with pytest.raises(SystemExit, match="expected N or TASK=N"):
         tables_main([str(sweep), "--length", "parity=abc"])

@@ -139,3 +139,19 @@ def test_an_exported_run_is_read_as_the_original_and_a_relaunch_skips_it(tmp_pat
     assert table(sweep).equals(table(dest_root / sweep.name))
     again = run(compose_cfg([*tiny, f"root={dest_root}"]))
     assert again["state"] == "skipped" and Path(again["run_dir"]) == copy
+
+
+def test_a_dest_inside_the_sweep_or_that_is_a_file_is_refused_before_any_copy(
+    sweep, tmp_path, capsys
+):
+    before = {f: (sweep / f).read_bytes() for f in _files(sweep)}
+    for inside in (sweep / "exported", sweep / "parity"):
+        assert main(["export", str(sweep), str(inside)]) == 2
+        assert "is inside the sweep directory" in capsys.readouterr().err
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("keep")
+    for dest in (a_file, a_file / "sub"):
+        assert main(["export", str(sweep), str(dest)]) == 2
+        assert f"{a_file} is a file, not a folder" in capsys.readouterr().err
+    assert a_file.read_text() == "keep"
+    assert {f: (sweep / f).read_bytes() for f in _files(sweep)} == before
