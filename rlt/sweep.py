@@ -73,6 +73,11 @@ def cell_states(sweep_dir: str | Path) -> list[dict[str, Any]]:
             state = "incomplete"
         elif state == "done" and _read(d / rundir.RESULTS) is None:
             state = "unreadable"  # results.json does not parse: a relaunch re-evaluates it
+            status = {
+                **status,
+                "error": f"{rundir.RESULTS} does not parse; the same command evaluates the run "
+                "again from its checkpoints",
+            }
         state = rundir.live_state(d, state)  # killed: interrupted, the relaunch resumes it
         if state in ("running", "requeued") and on_cluster and job not in queue:
             state = "interrupted"  # its SLURM job has ended without finishing the run
@@ -106,7 +111,7 @@ def format_status(records: list[dict[str, Any]]) -> str:
         acc = f"{100 * r['best_val_acc']:.2f}%" if r["best_val_acc"] is not None else "-"
         job = f" {r.get('slurm') or '-':>18s}" if with_slurm else ""
         line = f"{r['state']:12s} {step:>11s} {acc:>12s}{job}  {r['cell']}"
-        if r["state"] == "failed" and r["error"]:
+        if r["state"] in ("failed", "unreadable") and r["error"]:
             line += f"  ({r['error']})"
         lines.append(line)
     counts: dict[str, int] = {}
@@ -224,7 +229,8 @@ def _export_main(args: argparse.Namespace) -> int:
     for cell in done["copied"]:
         print(f"{verb:10s}  {cell}")
     for cell, state in done["skipped"]:
-        print(f"{'left out':10s}  {cell}  ({state}: export again when it is done)")
+        why = "a file of it does not parse" if state == "unreadable" else state
+        print(f"{'left out':10s}  {cell}  ({why}: export again when it is done)")
     copied = "to copy (dry run)" if args.dry_run else "copied"
     print(
         f"{len(done['copied'])} run(s) {copied}, {len(done['unchanged'])} already in "

@@ -106,6 +106,17 @@ def test_eval_refuses_a_run_that_is_not_finished(run_dir, capsys):
     assert sorted(p.name for p in run_dir.iterdir()) == before
 
 
+@pytest.mark.parametrize("damaged", ["status.json", "results.json"])
+def test_eval_names_a_state_file_that_does_not_parse_and_its_repair(run_dir, capsys, damaged):
+    (run_dir / damaged).write_text('{"state": "do')
+    before = sorted(p.name for p in run_dir.iterdir())
+    assert eval_main([str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert f"{run_dir / damaged} does not parse: rerun the train.py command" in err
+    assert len(err.splitlines()) == 1 and "portable" not in err
+    assert sorted(p.name for p in run_dir.iterdir()) == before
+
+
 def test_eval_never_writes_through_a_symlink(run_dir, tmp_path):
     outside = tmp_path / "outside.json"
     outside.write_text("precious")

@@ -33,6 +33,15 @@ def require_finished(run_dir: Path) -> None:
         )
     run = rundir.RunDir(run_dir)
     status = run.status()
+    for name, path, parsed in (
+        (rundir.STATUS, run.status_file, status),
+        (rundir.RESULTS, run.results_file, run.results() if status else None),
+    ):
+        if path.is_file() and parsed is None:
+            raise ConfigError(
+                f"{path} does not parse: rerun the train.py command of {run_dir} (it repairs "
+                f"{name}, evaluating the run again from its checkpoints where needed), then score it"
+            )
     state = (status or {}).get("state")
     has_results = run.results_file.is_file()
     if state != "done" or not has_results:

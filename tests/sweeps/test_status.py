@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from rlt.sweep import cell_states, main
+from rlt.sweep import cell_states, format_status, main
 
 
 def write(path, obj):
@@ -70,8 +70,13 @@ def test_killed_run_and_unreadable_results_are_told_apart(tmp_path):
     (tmp_path / dead / ".lock").write_text(f"{killed.pid} {platform.node()}")
     write(tmp_path / broken / "status.json", {"state": "done", "step": 40, "max_steps": 40})
     (tmp_path / broken / "results.json").write_text('{"schema_version": 1, "run": {')
-    states = {r["cell"]: r["state"] for r in cell_states(tmp_path)}
+    records = cell_states(tmp_path)
+    states = {r["cell"]: r["state"] for r in records}
     assert states == {live: "running", dead: "interrupted", broken: "unreadable"}
+    # which file, and what repairs it: in --json and in the table
+    why = next(r["error"] for r in records if r["cell"] == broken)
+    assert why.startswith("results.json does not parse; the same command evaluates")
+    assert f"{broken}  ({why})" in format_status(records)
 
 
 def test_concurrent_launches_keep_separate_job_reports(tmp_path, monkeypatch):
