@@ -50,6 +50,22 @@ def _untested_lengths(c, lengths: Lengths) -> str | None:
     return None
 
 
+def _unvalidated_step(c, step: int | None) -> str | None:
+    """A message when no run was validated at ``step`` (Table 1 would be empty)."""
+    steps = sorted({int(s) for s in c.val["step"]}) if not c.val.empty else []
+    if step is None or not steps or step in steps:
+        return None
+    return f"no run was validated at step {step}; validations run from {steps[0]} to {steps[-1]}"
+
+
+def _absent_split(c, split: str | None) -> str | None:
+    """A message when no run has ``split`` (its tables would be empty)."""
+    splits = sorted({str(s) for s in c.used["split"].dropna()}) if not c.used.empty else []
+    if split is None or not splits or split in splits:
+        return None
+    return f"no run has split {split!r}; the runs' splits: {', '.join(splits)}"
+
+
 def _any_tested(tested, n: int) -> bool:
     """One --length N for every task is fine when at least one task was tested at N."""
     return any(n in lengths for lengths in tested)
@@ -140,10 +156,15 @@ def tables_main(argv: Sequence[str] | None = None) -> int:
     c = _collected(a)
     if c is None:
         return 2
-    untested = _untested_lengths(c, opts.lengths)
-    if untested:
-        print(f"error: --length: {untested}", file=sys.stderr)
-        return 2
+    for flag, problem in (
+        ("--length", _untested_lengths(c, opts.lengths)),
+        ("--fb-length", _untested_lengths(c, opts.fb_lengths)),
+        ("--step", _unvalidated_step(c, a.step)),
+        ("--split", _absent_split(c, a.split)),
+    ):
+        if problem:
+            print(f"error: {flag}: {problem}", file=sys.stderr)
+            return 2
     out = a.out or a.sweep_dirs[0] / "analysis"
     try:
         text, paths = write_report(c, out, opts)

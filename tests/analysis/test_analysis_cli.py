@@ -93,6 +93,22 @@ def test_a_misnamed_metric_or_reference_is_one_line_and_a_sweep_named_twice_is_r
     assert (out / table).read_text() == (tmp_path / "once" / table).read_text()
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--step", "7"], "--step: no run was validated at step 7; validations run from"),
+        (["--split", "banana"], "--split: no run has split 'banana'; the runs' splits: "),
+        (["--fb-length", "999"], "--fb-length: "),
+    ],
+)
+def test_a_step_split_or_length_no_run_has_is_refused_not_an_empty_table(
+    sweep: Path, tmp_path: Path, capsys, args, says
+) -> None:
+    assert tables_main([str(sweep), *args, "--out", str(tmp_path / "t")]) == 2
+    assert says in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
+
+
 def test_bad_length_argument_names_the_expected_form(sweep: Path) -> None:
     with pytest.raises(SystemExit, match="expected N or TASK=N"):
         tables_main([str(sweep), "--length", "parity=abc"])
