@@ -114,9 +114,14 @@ def _stop_reason(e: BaseException) -> str | None:
     requeue, time limit, scancel, kill), submitit's exit after it requeued a timed-out job
     (SystemExit) or its requeue command that never returned (killed by the requeue itself, or
     past submitit's timeout for it), Ctrl-C. ``requeued`` when SLURM requeued the job (it comes
-    back and resumes from last.ckpt)."""
+    back and resumes from last.ckpt). A job out of requeues (submitit's UncompletedJobError at
+    its last time limit) is ``interrupted``: launching the grid again resumes it."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+    if type(e).__name__ == "UncompletedJobError":
+        # submitit's time-out handler with the requeues (hydra.launcher.max_num_timeout) used
+        # up: stopped at its time limit once more, not failing; the run keeps last.ckpt
+        return "interrupted"
     signalled = isinstance(e, (SIGTERMException, SystemExit, KeyboardInterrupt))
     if not signalled and not _requeue_command_lost(e):
         return None

@@ -176,12 +176,13 @@ def test_requeued_job_resumes_and_is_never_reported_failed(cluster, launch, tmp_
 
 
 def test_job_over_its_time_limit_is_requeued_and_finishes(cluster, launch, tmp_path):
-    # SLURM checks time limits every 30 s, so it signals the job between signal_delay_s and
-    # signal_delay_s + 30 s before its limit: with 3 minutes and 60 s, 120-150 s after the job
+    # SLURM signals the job between signal_delay_s and signal_delay_s + 60 s before its limit
+    # (sbatch --signal: up to 60 s early): with 3 minutes and 60 s, 60-120 s after the job
     # starts. submitit then requeues it, and the run resumes from its last checkpoint, until
     # it finishes (at most max_num_timeout requeues). What a job adds is the time from its
-    # training's start to its signal, less what it trained since its last checkpoint: at least
-    # 120 s less its startup (Python, torch, Lightning, the data). A 60 s delay before a
+    # training's start to its signal, less what it trained since its last checkpoint: 120 s
+    # (60 s where the signal comes a full minute early) less its startup (Python, torch,
+    # Lightning, the data). A 60 s delay before a
     # 2-minute limit left 60 s less the startup, which on a CI machine busy with three test
     # workers was too little for 8 requeues to finish 100 s of training.
     proc = launch(

@@ -248,6 +248,25 @@ def test_a_requeue_command_killed_by_its_own_requeue_is_a_stop_not_a_failure(mon
     assert run_module._stop_reason(RuntimeError("scontrol requeue")) is None
 
 
+def test_a_job_out_of_requeues_leaves_its_run_interrupted_not_failed(tmp_path):
+    """submitit raises UncompletedJobError at a time limit once the job has used its requeues
+    (hydra.launcher.max_num_timeout): the run stopped at its limit, nothing failed; it keeps
+    last.ckpt as interrupted, and launching the grid again resumes it."""
+    from submitit.core.utils import UncompletedJobError
+
+    from rlt.training import run as run_module
+
+    out_of_requeues = UncompletedJobError("Job not requeued because: timed-out too many times.")
+    assert run_module._stop_reason(out_of_requeues) == "interrupted"
+    assert run_module._stop_reason(RuntimeError("timed-out too many times")) is None
+    spec = prepare(compose_cfg(tiny(tmp_path, "task=parity", "model=rlt1", "split=1+1")))
+    spec.run_dir.mkdir(parents=True)
+    out = run_module._stopped(spec, "interrupted", out_of_requeues, raise_on_failure=False)
+    assert out["state"] == "interrupted" and out["error"] == "UncompletedJobError"
+    status = json.loads((spec.run_dir / rundir.STATUS).read_text())
+    assert status["state"] == "interrupted" and status["stopped_by"] == "UncompletedJobError"
+
+
 def test_a_run_whose_requeue_command_was_killed_leaves_as_a_stopped_run(tmp_path):
     """Carried through :func:`_stopped`, the killed ``scontrol requeue`` of the test above is
     recorded and left as any stop from outside: requeued, the job exits with SIGTERM's status
