@@ -14,17 +14,21 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _check_on_the_cpu(out: Path, timeout: int, **env: str) -> subprocess.CompletedProcess:
+    """``bash scripts/gpu_check.sh --cpu OUT`` with this interpreter and ``env`` added."""
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "gpu_check.sh"), "--cpu", str(out)],
+        env=dict(os.environ, PYTHON=sys.executable, **env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 @pytest.mark.slow
 def test_gpu_check_on_the_cpu_writes_its_files(tmp_path):
     out = tmp_path / "out"
-    env = dict(os.environ, PYTHON=sys.executable)
-    proc = subprocess.run(
-        ["bash", str(REPO / "scripts" / "gpu_check.sh"), "--cpu", str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = _check_on_the_cpu(out, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     files = sorted(p.name for p in out.iterdir())
     assert files == sorted(
@@ -70,14 +74,7 @@ def test_a_check_out_of_time_skips_its_steps_and_still_writes_the_summary(tmp_pa
     """Each step's limit is cut to what is left of GPU_CHECK_BUDGET (the device call's own
     timeout would kill the script before summary.json): with 25 s, nothing has 10 s left."""
     out = tmp_path / "out"
-    env = dict(os.environ, PYTHON=sys.executable, GPU_CHECK_BUDGET="25")
-    proc = subprocess.run(
-        ["bash", str(REPO / "scripts" / "gpu_check.sh"), "--cpu", str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = _check_on_the_cpu(out, timeout=120, GPU_CHECK_BUDGET="25")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     log = (out / "gpu_check.log").read_text()
     assert log.count("skipped, the check's 25 s are spent") >= 5
