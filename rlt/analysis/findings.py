@@ -296,10 +296,12 @@ class _Cells:
         runs = c.runs[c.runs["has_results"].astype(bool)] if len(c.runs) else c.runs
         chance = runs.groupby("task")["chance"].first()  # first non-null per task
         self.chance = {task: 100 * float(x) for task, x in chance.fillna(0.0).items()}
-        # Validation accuracy at each run's selected checkpoint (the report's policy).
-        used = c.used[["run_id", "selection_step"]]
-        v = c.val[c.val["metric"] == metric].merge(used, on="run_id")
-        self.selected = v[v["step"] == v["selection_step"]]
+        # Validation accuracy at the checkpoint each run's test numbers come from (the
+        # policy's own step: min_val_loss, the report's, unless --policy says otherwise).
+        t = c.test[c.test["policy"] == policy][["run_id", "policy_step"]]
+        steps = t.dropna().drop_duplicates("run_id").merge(c.used[["run_id"]], on="run_id")
+        v = c.val[c.val["metric"] == metric].merge(steps, on="run_id")
+        self.selected = v[v["step"] == v["policy_step"]]
         self.expected = c.expected_n()
 
     def __call__(self, cell: Cell) -> Stat | None:

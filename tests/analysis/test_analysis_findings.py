@@ -129,6 +129,21 @@ def test_the_verdict_table_reads_the_tables_numbers(tmp_path):
     assert table.data.loc[2, "seeds"].endswith(f"(learned RLT-1 4+4 {learned}/3)")
 
 
+@pytest.mark.parametrize("policy", ["final", "max_val_acc"])
+def test_the_prerequisite_reads_the_checkpoint_of_the_policy_judged(tmp_path, policy):
+    """With --policy final (or max_val_acc) the test numbers come from that policy's checkpoint,
+    and so does the validation the prerequisite reads: the hand mean at the policy's own step,
+    not at min_val_loss's."""
+    c = collect([make_sweep(tmp_path / "synthetic", holes=False)])
+    cell = Cell("parity", "RLT-1 4+4", 256)
+    table = verdict_table(c, (Finding("X", "-", "-", (Clause("exact", cell),)),), policy=policy)
+    step = POLICY_STEPS[policy]
+    hand = statistics.mean(100 * val_value("parity", "rlt1", "4+4", s, step, "acc") for s in SEEDS)
+    assert hand != pytest.approx(_selected_val("parity", "rlt1", "4+4"))
+    assert hand < 90  # the planted cell did not learn at any policy's step
+    assert f"validation {hand:.2f} at the selected checkpoint" in table.data.loc[0, "reason"]
+
+
 def test_a_clause_missing_a_cell_is_not_testable_when_a_held_cell_did_not_learn(tmp_path):
     """A budget that lacks one of a clause's cells (a scout tier runs only the cells that had
     not learned) says "not run", unless a cell it holds, with all its seeds, failed the

@@ -1,6 +1,6 @@
 """Rewrite the generated parts of docs/results/laptop/README.md from what
-`python analysis/tables.py docs/results/laptop/runs/laptop docs/results/laptop/runs/laptop_long`
-prints and from the committed result files, so every number on the page is the tables' (issues
+`python analysis/tables.py docs/results/laptop/runs/laptop docs/results/laptop/runs/laptop_long
+docs/results/laptop/runs/laptop_scout` prints and from the committed result files, so every number on the page is the tables' (issues
 20 and 28). Regions, between their markers:
 
     <!-- verdicts:start --> ... <!-- verdicts:end -->   the verdict and beyond-the-report tables
