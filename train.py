@@ -31,6 +31,10 @@ def main(cfg: DictConfig) -> None:
     except ConfigError as e:
         if os.environ.get("RLT_DEBUG"):
             raise
+        if multirun:  # one cell refused once the grid runs: the other cells go on
+            print(f"config error: {cfg.cell}: {e}", file=sys.stderr, flush=True)
+            hydra_support.report_job(cfg, {"state": "refused", "error": str(e)})
+            return
         print(f"config error: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
     except WriteError as e:  # status.json says failed, with the traceback

@@ -65,7 +65,13 @@ def run_lock(run_dir: str | Path):
     path = Path(run_dir) / LOCK
     owner = f"{os.getpid()} {platform.node()}".encode()
     for _ in range(100):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # 0o666 less the umask, as every file of a run: collaborators train in it too
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except PermissionError:  # another user's lock file: held, or left by a killed run
+            if _held_by_another_user(path):
+                yield False
+                return
+            continue  # a dead holder's file, unlinked: take the lock anew
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -94,6 +100,35 @@ def run_lock(run_dir: str | Path):
             os.close(fd)  # drops the flock
         return
     raise RuntimeError(f"could not take {path}: it kept changing under this process")
+
+
+def _held_by_another_user(path: Path) -> bool:
+    """Whether another user's ``.lock`` is held (flock works on a read-only descriptor); a
+    file its dead holder left (SIGKILL) is unlinked instead, as the holder would have done,
+    which the run directory's write permission allows."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:  # no flock here: the file alone says a run holds it
+        return True
+    else:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except PermissionError as e:
+            raise RuntimeError(
+                f"{path} was left by another user's run that has ended, and this user may not "
+                "remove it; ask them (or an administrator) to delete it, then run again"
+            ) from e
+        return False
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager

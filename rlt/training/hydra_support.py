@@ -187,7 +187,8 @@ def _model_family(model: str) -> str | None:
 
 class SweepSummary(Callback):
     """Prints one line per cell of a multirun and a final count; exits non-zero when any cell
-    failed. Jobs report through small files in ``<sweep_dir>/.jobs`` because the joblib and
+    failed, was refused (a check that needs its run directory, after the grid started) or was
+    interrupted. Jobs report through small files in ``<sweep_dir>/.jobs`` because the joblib and
     submitit launchers run them in other processes."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -226,13 +227,18 @@ class SweepSummary(Callback):
             print("failed cells (see status.json in each run directory):")
             for r in failed:
                 print(f"  {r['cell']}: {r.get('error', '')}")
+        refused = [r for r in reports if r["state"] == "refused"]
+        if refused:
+            print("refused cells (nothing of theirs was changed; each line names the fix):")
+            for r in refused:
+                print(f"  {r['cell']}: {r.get('error', '')}")
         if any(r["state"] == "interrupted" for r in reports):
             print(
                 "interrupted cells were stopped from outside (SIGTERM, scancel, Ctrl-C); "
                 "launching the same command again resumes them from their last.ckpt"
             )
         sys.stdout.flush()
-        if failed or any(r["state"] == "interrupted" for r in reports):
+        if failed or refused or any(r["state"] == "interrupted" for r in reports):
             sys.exit(1)
 
 

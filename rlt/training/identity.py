@@ -51,6 +51,7 @@ RUN_CONTROL = (
     "trainer.progress_every",
     "trainer.progress_seconds",
     "trainer.log_every_n_steps",
+    "trainer.args.max_time",
     "callbacks.inject_failure",
     "callbacks.diagnostics_every",
     "evaluate",
@@ -229,6 +230,12 @@ def started_with(spec: RunSpec) -> dict[str, Any]:
         "arithmetic": portable.started_arithmetic(),
         "added_tokens": added_tokens(spec),
     }
+
+
+# What a run records when its status.json was lost before it resumed: neither check applies
+# (resume_mismatch and tokens_mismatch read only a bool and a list), where an absent record
+# would read as "started before the record: portable arithmetic off".
+UNKNOWN_START = {"portable": "unknown", "arithmetic": "unknown", "added_tokens": "unknown"}
 
 
 # --------------------------------------------------------------------------------------------

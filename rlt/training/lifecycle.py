@@ -82,6 +82,13 @@ def finished(spec: RunSpec, disk: Snapshot) -> bool:
             return True
     done = disk.has_results and disk.state == "done" and not force
     if done and disk.results is None:
+        if not disk.has_last:
+            raise ConfigError(
+                f"{spec.dir.results_file} is unreadable and {spec.dir.last_ckpt} is gone, so "
+                "the finished run cannot be evaluated again without training it anew. Nothing "
+                "was changed: put back results.json (an export of the sweep keeps a copy) or "
+                "last.ckpt, or rerun with force=true to retrain it (its files are set aside)"
+            )
         say(
             f"[repair] {spec.identity['cell']}: {spec.dir.results_file} is unreadable; evaluating "
             "the finished run again from its checkpoints"
@@ -107,11 +114,10 @@ def _restore_done_status(spec: RunSpec, results: dict[str, Any]) -> None:
     )
 
 
-def continues_retrain(spec: RunSpec) -> bool:
+def continues_retrain(spec: RunSpec, disk: Snapshot) -> bool:
     """Whether ``force=true`` meets its own retrain, stopped part-way (status ``retrain``, no
     results yet, this configuration stored, in this arithmetic and token numbering): then it
     resumes instead of starting again."""
-    disk = spec.dir.snapshot()
     status = disk.status or {}
     if not status.get("retrain") or disk.state in ("done", "failed"):
         return False  # a failed retrain starts again from scratch under force=true
@@ -135,9 +141,9 @@ def check_checkpoint(path: Path) -> int:
         step = int(ckpt["global_step"])
     except Exception as e:
         raise ConfigError(
-            f"cannot resume from {path}: {type(e).__name__}: {e}. Delete that file to restart "
-            f"this run from scratch (finished results elsewhere are untouched), or rerun with "
-            f"force=true."
+            f"cannot resume from {path}: {_why_unreadable(e)}. Delete that file to train this "
+            "run again from step 0 (other runs are untouched), or rerun with force=true (which "
+            "also sets aside any results it has)"
         ) from e
     if RunRecord.__qualname__ not in ckpt.get("callbacks", {}):
         raise ConfigError(
@@ -149,20 +155,40 @@ def check_checkpoint(path: Path) -> int:
     return step
 
 
+def _why_unreadable(e: Exception) -> str:
+    """One line on why a checkpoint does not load: torch's own messages run over many lines
+    and suggest loading with ``weights_only=False``, which a shared run directory must not."""
+    text = str(e).strip()
+    if "weights_only" in text or "Weights only" in text:
+        return f"{type(e).__name__}: not a file of tensors and plain containers"
+    first = text.splitlines()[0] if text else ""
+    return f"{type(e).__name__}: {first[:160]}" if first else type(e).__name__
+
+
+class FinishedMeanwhile(Exception):
+    """Another process finished the run after this one judged it (its snapshot is read before
+    the lock): it is skipped, never trained again."""
+
+
 def begin(spec: RunSpec) -> int | None:
     """With the run's lock held: the step from which the run resumes its last.ckpt (a stopped
     run, or a forced retrain stopped part-way), or None when it starts (``force=true`` first
     sets the old results aside); then what every start writes: config.yaml, Hydra's record,
     and the status (a retrain in progress; the arithmetic and token ids a fresh run starts
-    with; its SLURM job)."""
+    with; its SLURM job). Raises :class:`FinishedMeanwhile` for a run done since it was
+    judged."""
     s, d = spec.settings, spec.dir
+    disk = d.snapshot()  # under the lock, as it stands now
+    if not s.force and disk.state == "done" and disk.results is not None:
+        raise FinishedMeanwhile(d.results_file)
     last = d.last_ckpt
-    continuing = s.force and continues_retrain(spec)
+    continuing = s.force and continues_retrain(spec, disk)
     resuming = s.resume and last.exists() and (not s.force or continuing)
     if s.force and not continuing:
         d.set_aside_results()
         last.unlink(missing_ok=True)
     resume_step = check_checkpoint(last) if resuming else None
+    lost_record = resuming and disk.status is None  # status.json damaged or deleted
     d.write_config(s.config_yaml)
     hydra_env.save_hydra_files(s.unresolved_yaml, spec.run_dir)
     if s.force:
@@ -172,6 +198,13 @@ def begin(spec: RunSpec) -> int | None:
         d.set_status("running", retrain=True, **fresh)
     if not resuming:  # a run resumes in the arithmetic and with the token ids it started in
         d.set_status("running", **identity.started_with(spec))
+    elif lost_record:
+        say(
+            f"[repair] {spec.identity['cell']}: {rundir.STATUS} was unreadable or missing, so "
+            f"the arithmetic and token ids this run started with are not known; resuming at "
+            f"step {resume_step} in this process's (recorded as unknown)"
+        )
+        d.set_status("running", **identity.UNKNOWN_START)
     if (job := slurm.job_info()) is not None:
         d.set_status("running", slurm=job)
     return resume_step

@@ -28,7 +28,8 @@ from omegaconf import DictConfig
 
 from rlt import rundir
 from rlt.training import hydra_env, slurm
-from rlt.training.lifecycle import begin, check_writable, checked, finished
+from rlt.training.callbacks import out_of_time
+from rlt.training.lifecycle import FinishedMeanwhile, begin, check_writable, checked, finished
 from rlt.training.results import (
     assemble,
     check_probe,
@@ -74,7 +75,13 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
         if not acquired:
             say(f"[busy] {cell}: another process is training this run ({run_dir / '.lock'})")
             return {"state": "busy", "run_dir": str(run_dir)}
-        resume_step = begin(spec)  # resumes last.ckpt, or starts: config and status written
+        try:
+            resume_step = begin(spec)  # resumes last.ckpt, or starts: config and status written
+        except FinishedMeanwhile:
+            say(
+                f"[skipped] {cell}: another process finished it meanwhile; results in {d.results_file}"
+            )
+            return {"state": "skipped", "run_dir": str(run_dir)}
         try:
             result = _train_and_evaluate(spec, resume_step)
         except BaseException as e:
@@ -118,6 +125,8 @@ def _stop_reason(e: BaseException) -> str | None:
     its last time limit) is ``interrupted``: launching the grid again resumes it."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+    if isinstance(e, TimeLimit):
+        return "interrupted"
     if type(e).__name__ == "UncompletedJobError":
         # submitit's time-out handler with the requeues (hydra.launcher.max_num_timeout) used
         # up: stopped at its time limit once more, not failing; the run keeps last.ckpt
@@ -126,6 +135,11 @@ def _stop_reason(e: BaseException) -> str | None:
     if not signalled and not _requeue_command_lost(e):
         return None
     return "requeued" if slurm.was_requeued() else "interrupted"
+
+
+class TimeLimit(Exception):
+    """Training stopped by Lightning's Timer (``trainer.args.max_time``): a stop to resume with
+    more time, not a failure."""
 
 
 def _requeue_command_lost(e: BaseException) -> bool:
@@ -161,7 +175,10 @@ def _stopped(spec: RunSpec, state: str, e: BaseException, raise_on_failure: bool
         if isinstance(e, SystemExit):
             raise e
         raise SystemExit(SIGTERM_EXIT) from e
-    say(f"[interrupted] {cell}: stopped{at} ({type(e).__name__}); the same command resumes it")
+    if isinstance(e, TimeLimit):
+        say(f"[interrupted] {cell}: {e}")
+    else:
+        say(f"[interrupted] {cell}: stopped{at} ({type(e).__name__}); the same command resumes it")
     # A grid job stopped by SIGTERM (or its requeue) reports to the sweep summary; Ctrl-C and
     # any other exit (SIGTERMException is a SystemExit too) end the process.
     if isinstance(e, (KeyboardInterrupt, SystemExit)) and type(e).__name__ != "SIGTERMException":
@@ -198,6 +215,12 @@ def _train_and_evaluate(spec: RunSpec, resume_step: int | None) -> dict[str, Any
         weights_only=True,  # tensors and plain containers only: a shared run dir runs no code
     )
     short = trainer.global_step < s.scale.max_steps and recorder.stopped_early is None
+    if short and out_of_time(trainer):
+        raise TimeLimit(
+            f"trainer.args.max_time ran out at step {trainer.global_step} of "
+            f"{s.scale.max_steps}; rerun with a larger trainer.args.max_time (it counts the "
+            "training before each resume too) or without it to resume from last.ckpt"
+        )
     if trainer.interrupted or short:
         raise RuntimeError(
             f"training stopped at step {trainer.global_step} of {s.scale.max_steps} "
