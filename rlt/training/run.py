@@ -73,7 +73,7 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
     check_writable(run_dir)
     with d.lock() as acquired:
         if not acquired:
-            say(f"[busy] {cell}: another process is training this run ({run_dir / '.lock'})")
+            say(f"[busy] {cell}: another process is training this run ({_holder(run_dir)})")
             return {"state": "busy", "run_dir": str(run_dir)}
         try:
             resume_step = begin(spec)  # resumes last.ckpt, or starts: config and status written
@@ -92,6 +92,18 @@ def run(cfg: DictConfig, *, raise_on_failure: bool = True) -> dict[str, Any]:
     state = "done" if resume_step is None else "resumed"
     say(f"[{state}] {cell}: results in {d.results_file}")
     return {"state": state, "run_dir": str(run_dir), "results": result}
+
+
+def _holder(run_dir) -> str:
+    """Who holds a run's lock, as its file says, and what to do where nobody does: only a
+    file system without flock keeps a dead holder's lock (from another host: trusted)."""
+    lock = run_dir / rundir.LOCK
+    try:
+        owner = lock.read_text().strip()
+    except OSError:
+        owner = ""
+    who = f"pid and host {owner!r}" if owner else "owner not written yet"
+    return f"{lock}: {who}; if no such process runs, delete that file and run again"
 
 
 def _failed(spec: RunSpec, e: BaseException, raise_on_failure: bool) -> dict[str, Any]:

@@ -5,6 +5,7 @@ touching the first one's files."""
 from __future__ import annotations
 
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -68,4 +69,5 @@ def test_a_second_launch_of_a_busy_run_exits_non_zero_and_writes_nothing(tmp_pat
         )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "[busy]" in proc.stdout + proc.stderr
+    assert f"'{os.getpid()} {platform.node()}'" in proc.stdout  # the holder, from its file
     assert not (run_dir / ".hydra").exists() and not (run_dir / rundir.CONFIG).exists()
