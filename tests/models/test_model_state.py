@@ -43,17 +43,6 @@ def test_state_is_named_and_carries_s() -> None:
     assert not torch.equal(state.s, model.merge.s_star.expand(3, -1))  # chunk 0 completed
 
 
-def test_clone_branches_independently() -> None:
-    model = make_rlt("2+2", 1)
-    with torch.no_grad():
-        _, state = model.prefill(torch.randint(1, 140, (2, 7)), model.init_state(2))
-        branch = state.clone()
-        a, _ = model.step(torch.tensor([3, 4]), state)
-        model.step(torch.tensor([9, 9]), branch)  # writes into its own buffers
-        b, _ = model.step(torch.tensor([3, 4]), state.clone())
-    assert torch.equal(a, b)
-
-
 def reference_greedy(model, prompt: torch.Tensor, n: int) -> torch.Tensor:
     """Greedy decoding by re-running forward on the whole sequence each time."""
     seq = prompt

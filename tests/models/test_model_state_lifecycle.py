@@ -121,6 +121,41 @@ def test_a_prompt_state_reused_by_interleaved_continuations_equals_recomputing(f
             assert torch.equal(torch.stack(got[j], 1), want), f"continuation {j}"
 
 
+def state_tensors(obj) -> list[torch.Tensor]:
+    """Every tensor a state holds (its dataclass fields, lists and caches), found by walking it."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for x in obj for t in state_tensors(x)]
+    if dataclasses.is_dataclass(obj) or hasattr(obj, "__dict__"):
+        return [t for x in vars(obj).values() for t in state_tensors(x)]
+    return []
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_clone_shares_no_memory_and_its_writes_never_reach_the_original(family):
+    """``state.clone()`` holds no storage of the state it copies; overwriting every tensor of
+    the clone in place, and stepping it, leaves the original's continuation equal to that of a
+    deep copy taken before (an independent reference). A clone that returned the state itself
+    passed the earlier test, since a step never writes into the state it is given."""
+    import copy
+
+    model = make(family).eval()
+    with torch.no_grad():
+        _, state = model.prefill(tokens(2, 7, 5), model.init_state(2))
+        reference = copy.deepcopy(state)
+        want, _ = stream(model, reference, tokens(2, 4, 6))
+        clone = state.clone()
+        ours = {t.untyped_storage().data_ptr() for t in state_tensors(state) if t.numel()}
+        theirs = {t.untyped_storage().data_ptr() for t in state_tensors(clone) if t.numel()}
+        assert theirs and not ours & theirs
+        stream(model, clone, tokens(2, 4, 7))  # appends into the clone's spare capacity
+        for t in state_tensors(clone):
+            t.fill_(3.0 if t.is_floating_point() else 3)
+        got, _ = stream(model, state, tokens(2, 4, 6))
+    assert torch.equal(got, want)
+
+
 @pytest.mark.parametrize(
     ("other", "says"),
     [

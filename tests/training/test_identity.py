@@ -192,9 +192,24 @@ def test_bad_model_and_trainer_keys_are_named(overrides, message):
         prepare(compose_cfg(["experiment=tiny", *overrides]))
 
 
-def test_trainer_args_pass_through(tmp_path):
+def test_trainer_args_pass_through(tmp_path, monkeypatch):
+    """``trainer.args`` reach Lightning's Trainer as given (seen by the Trainer itself)."""
+    import functools
+
+    import lightning as L
+
+    seen = {}
+    real_init = L.Trainer.__init__
+
+    @functools.wraps(real_init)  # the argument check reads the signature
+    def init(self, *args, **kwargs):
+        seen.update(kwargs)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(L.Trainer, "__init__", init)
     out = run(tiny(tmp_path, "+trainer.args.limit_train_batches=4", "scale.max_steps=1"))
     assert out["state"] == "done"
+    assert seen.get("limit_train_batches") == 4
 
 
 def test_command_line_names_valid_model_keys(tmp_path):
@@ -309,7 +324,8 @@ def test_state_share_matches_a_direct_computation():
     tokens = torch.randint(3, 20, (3, 9))
     tokens[0, 6:] = 0  # padding is left out
     got = FeedbackDiagnostics("unused", lambda: tokens, 1).state_share(model)
-    # Directly: run the plain decoder, recomputing each merge's contribution from its state.
+    # Directly: run the plain decoder; each position's contribution is the merge's output
+    # minus its input e (the definition), the gate sigmoid(W_e e + W_s norm(s)).
     with torch.no_grad():
         e = model.encode(tokens)
         merge = model.merge
@@ -317,10 +333,12 @@ def test_state_share_matches_a_direct_computation():
         window, memory = model.empty_window(3, e), model.memory_kv(e)
         ratios, gates = [], []
         for t in range(9):
-            gs, ws = merge.state_proj(merge.state_norm(s)).chunk(2, dim=-1)
-            gate = torch.sigmoid(merge.gate_input(e[:, t : t + 1])[:, 0] + gs)
-            contrib = merge.alpha * gate * ws
+            # The state's contribution as the merge's own output shows it: u - e.
+            ge = merge.gate_input(e[:, t : t + 1])
+            contrib = merge(e[:, t : t + 1], ge, s)[:, 0] - e[:, t]
             ratio = contrib.norm(dim=-1) / e[:, t].norm(dim=-1)
+            gs = merge.state_proj(merge.state_norm(s)).chunk(2, dim=-1)[0]
+            gate = torch.sigmoid(ge[:, 0] + gs)
             keep = tokens[:, t] != 0
             ratios += ratio[keep].tolist()
             gates += gate.mean(dim=-1)[keep].tolist()
