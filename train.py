@@ -6,7 +6,8 @@ python train.py -m task=parity,s5_swaps split=4+4,5+3 seed=42,43,44
 python train.py -m sweep=main                     # the report's depth-8 grid
 
 A configuration error prints one line naming the key and the fix (exit status 2); set
-RLT_DEBUG=1 for the traceback. Every cell of the command is checked before Hydra creates any
+RLT_DEBUG=1 for the traceback. In a grid, a cell refused once it runs (an unreadable
+last.ckpt) is listed as refused and the other cells go on (exit status 1). Every cell of the command is checked before Hydra creates any
 directory (hydra_support.precheck), so a refused command leaves root as it was.
 """
 

@@ -67,7 +67,12 @@ def run_lock(run_dir: str | Path):
     for _ in range(100):
         try:  # 0o666 less the umask, as every file of a run: collaborators train in it too
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        except PermissionError:  # another user's lock file: held, or left by a killed run
+        except PermissionError as e:  # another user's lock file: held, or left by a killed run
+            if not path.exists():  # no lock file, and none may be created here
+                raise PermissionError(
+                    f"cannot create {path}: this user may not write to {path.parent}; make it "
+                    "writable, or put the run elsewhere (root=DIR)"
+                ) from e
             if _held_by_another_user(path):
                 yield False
                 return
@@ -110,6 +115,8 @@ def _held_by_another_user(path: Path) -> bool:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return False
+    except PermissionError:  # not even readable (its owner's umask): cannot tell, say busy
+        return True
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -118,6 +125,8 @@ def _held_by_another_user(path: Path) -> bool:
         return True
     else:
         try:
+            if os.stat(path).st_ino != os.fstat(fd).st_ino:
+                return False  # already replaced by another run's lock: never remove that one
             os.unlink(path)
         except FileNotFoundError:
             pass

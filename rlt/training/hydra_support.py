@@ -234,7 +234,8 @@ class SweepSummary(Callback):
                 print(f"  {r['cell']}: {r.get('error', '')}")
         if any(r["state"] == "interrupted" for r in reports):
             print(
-                "interrupted cells were stopped from outside (SIGTERM, scancel, Ctrl-C); "
+                "interrupted cells were stopped from outside (SIGTERM, scancel, Ctrl-C) or by "
+                "trainer.args.max_time; "
                 "launching the same command again resumes them from their last.ckpt"
             )
         sys.stdout.flush()

@@ -101,8 +101,10 @@ def _holder(run_dir) -> str:
     try:
         owner = lock.read_text().strip()
     except OSError:
-        owner = ""
-    who = f"pid and host {owner!r}" if owner else "owner not written yet"
+        owner = None
+    who = {None: "owner unreadable", "": "owner not written yet"}.get(
+        owner, f"pid and host {owner!r}"
+    )
     return f"{lock}: {who}; if no such process runs, delete that file and run again"
 
 

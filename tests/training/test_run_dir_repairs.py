@@ -168,3 +168,23 @@ def test_a_run_finished_by_another_process_after_this_one_judged_it_is_skipped(
     out = run(cfg_of(tmp_path, "resume=false"))
     assert out["state"] == "skipped"
     assert snapshot(tmp_path) == before
+
+
+def test_a_dead_holders_file_is_removed_only_while_it_is_still_the_lock(tmp_path, monkeypatch):
+    """Between this process opening another user's leftover ``.lock`` and locking it, the
+    holder may have unlinked it and a new run taken a new ``.lock``: that one is never
+    removed (two runs would then train one directory)."""
+    path = tmp_path / rundir.LOCK
+    path.write_text("1 gone-host")
+    real = os.open
+
+    def open_then_replaced(p, flags, *args):
+        fd = real(p, flags, *args)
+        if Path(p) == path and flags == os.O_RDONLY:
+            path.unlink()
+            path.write_text("2 new-run")  # another run's lock, taken meanwhile
+        return fd
+
+    monkeypatch.setattr(locks.os, "open", open_then_replaced)
+    assert locks._held_by_another_user(path) is False
+    assert path.read_text() == "2 new-run"
