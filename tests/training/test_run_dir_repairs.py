@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,8 +18,9 @@ from rlt import locks, rundir
 from rlt.training import run as run_module
 from rlt.training.run import run
 from rlt.training.spec import ConfigError
-from tests.training.helpers import REPO, compose_cfg, load_results
+from tests.training.helpers import compose_cfg, load_results
 from tests.training.test_identity import snapshot
+from tests.training.test_run_lock import lock_holder
 from tests.training.test_trust import tiny, train_py
 
 
@@ -130,19 +129,7 @@ class _ForeignLock:
 def test_another_users_lock_is_busy_while_held_and_taken_when_its_holder_died(
     tmp_path, monkeypatch
 ):
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time; from rlt import rundir\n"
-            "with rundir.run_lock(sys.argv[1]) as got:\n"
-            "    print(got, flush=True); time.sleep(60)",
-            str(tmp_path),
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = lock_holder(tmp_path)
     _ForeignLock(tmp_path / rundir.LOCK, monkeypatch)
     try:
         assert holder.stdout.readline().strip() == "True"

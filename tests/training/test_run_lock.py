@@ -22,20 +22,25 @@ def test_two_processes_never_hold_the_lock_at_once(tmp_path):
     assert race(tmp_path, 20_000) == (0, 0)
 
 
-def test_a_held_lock_is_refused_and_a_dead_holders_lock_is_free(tmp_path):
-    holder = subprocess.Popen(
+def lock_holder(run_dir) -> subprocess.Popen:
+    """Another process that takes ``run_dir``'s lock, prints whether it got it, and holds it."""
+    return subprocess.Popen(
         [
             sys.executable,
             "-c",
             "import sys, time; from rlt import rundir\n"
             "with rundir.run_lock(sys.argv[1]) as got:\n"
             "    print(got, flush=True); time.sleep(60)",
-            str(tmp_path),
+            str(run_dir),
         ],
         cwd=REPO,
         stdout=subprocess.PIPE,
         text=True,
     )
+
+
+def test_a_held_lock_is_refused_and_a_dead_holders_lock_is_free(tmp_path):
+    holder = lock_holder(tmp_path)
     try:
         assert holder.stdout.readline().strip() == "True"
         with rundir.run_lock(tmp_path) as got:
