@@ -7,6 +7,7 @@ import contextlib
 import csv
 import hashlib
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -169,7 +170,6 @@ def devices_for(settings: Settings):
 def quiet_lightning() -> None:
     """Keep the terminal for what matters: progress, the per-run line and the final table."""
     import logging
-    import warnings
 
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     for message in (
@@ -199,7 +199,10 @@ def make_loggers(spec: RunSpec, resume_step: int | None = None) -> list:
         csv_logger = CSVLogger(save_dir=str(run_dir), name="", version="csv")
         if kept is not None:
             header, rows = kept
-            writer = csv_logger.experiment  # starting it deletes metrics.csv: write it back
+            with warnings.catch_warnings():
+                # its warning that the old rows "will be deleted" is not true here
+                warnings.filterwarnings("ignore", message=".*exists and is not empty.*")
+                writer = csv_logger.experiment  # starting it deletes metrics.csv: write it back
             _write_csv(path, header, rows)
             writer.metrics_keys = list(header)  # new rows append under the same header
         loggers.append(csv_logger)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -196,7 +197,11 @@ def test_sigterm_stops_a_run_as_interrupted_not_failed_and_it_resumes(tmp_path):
     assert not (run_dir / rundir.LOCK).exists()
     assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 2
 
-    assert run(compose_cfg(tiny(tmp_path / "b", *common)))["state"] == "resumed"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert run(compose_cfg(tiny(tmp_path / "b", *common)))["state"] == "resumed"
+    # nor does it warn that the rows before the stop "will be deleted"
+    assert not [w for w in caught if "will be deleted" in str(w.message)]
     # Done, the status no longer says the run is stopped, and keeps the stop in its history.
     status = json.loads((run_dir / rundir.STATUS).read_text())
     assert status["state"] == "done" and status["step"] == 6 and "stopped_by" not in status
