@@ -98,10 +98,16 @@ def main_sweep_estimate(sec_per_step: dict[str, float]) -> dict[str, Any]:
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=["sweep=main"], return_hydra_config=True)
         cfg.hydra.overrides.task = ["sweep=main"]
-        cells = {}
+        cells, composed = {}, {}
         for job in expand_jobs(cfg):
-            c = compose("config", overrides=job)
-            cells[c.cell] = (c.model.family, int(c.scale.max_steps))
+            # composed without its seed (a third of the compositions): a cell's seed is the
+            # last part of its name and changes neither its family nor its steps
+            rest = tuple(o for o in job if not o.startswith("seed="))
+            seed = next((o for o in job if o.startswith("seed=")), f"seed={cfg.seed}")
+            if rest not in composed:
+                composed[rest] = compose("config", overrides=list(rest))
+            c = composed[rest]
+            cells[c.cell.rsplit("/seed", 1)[0], seed] = (c.model.family, int(c.scale.max_steps))
     seconds = 0.0
     for family, steps in cells.values():
         seconds += steps * sec_per_step["rlt1" if family == "rlt" else "transformer"]

@@ -5,15 +5,24 @@ outputs and the same gradient for every parameter, in float32 (the dtype it is c
 on the CPU): outputs within 2e-5 and every gradient within 2e-4 of its largest entry (float32
 rounding through a differently ordered computation; measured: about 5e-7).
 
-Each distinct shape compiles a forward and a backward graph (about 10 s each on the CI
-machine), so the cases share shapes where they can: see the notes per case.
+Each distinct shape compiles a forward and a backward graph, so the cases share shapes where
+they can: see the notes per case. Inductor's code generation on the CPU costs a minute or more
+per graph on a 2-core CI machine (the first case: RLT-1, whose graph the streaming cases
+share); the other cases run the same traced graphs, dynamo's and AOT autograd's (the
+functional rewrite under test), on eager kernels (``backend="aot_eager"``, the ``traced``
+fixture): their semantics are checked, inductor's lowering of them is not. With
+``RLT_TEST_INDUCTOR=all`` every case compiles with inductor.
 """
 
 from __future__ import annotations
 
+import functools
+import os
+
 import pytest
 import torch
 
+from rlt.models import compiled
 from rlt.models.compiled import BUCKET, compiler_available, padded_length
 from rlt.training.spec import ConfigError
 from rlt.training.trainer_setup import resolve_compile
@@ -24,6 +33,20 @@ needs_compiler = pytest.mark.skipif(
 )
 
 OUT_TOL, GRAD_TOL = 2e-5, 2e-4
+
+
+@pytest.fixture
+def traced(monkeypatch):
+    """The compiled chunk step traced as for inductor and run on eager kernels (see the module's
+    docstring); inductor itself with ``RLT_TEST_INDUCTOR=all``."""
+    if os.environ.get("RLT_TEST_INDUCTOR") == "all":
+        return
+    step = functools.cache(
+        lambda device_type: torch.compile(
+            compiled.chunk_group, fullgraph=True, dynamic=False, backend="aot_eager"
+        )
+    )
+    monkeypatch.setattr(compiled, "compiled_step", step)
 
 
 def outputs_and_grads(model, tokens: torch.Tensor, *, compiled: bool):
@@ -50,25 +73,28 @@ def assert_same(model, tokens: torch.Tensor) -> None:
 @pytest.mark.slow
 @needs_compiler
 @pytest.mark.parametrize(
-    "fields",
+    "fields, inductor",
     [
         # RLT-1, T=21 (padded to 32): window edges (positions < W-1), TBPTT cuts at 5, 10, ...
-        dict(feedback_interval=1, tbptt=5),
+        # Inductor: the streaming cases below share its graph
+        (dict(feedback_interval=1, tbptt=5), True),
         # RLT-2 B=4, T=21 not a multiple of B (the last chunk is padded), cuts at 8, 12, 20
-        dict(feedback_interval=4, tbptt=6),
+        (dict(feedback_interval=4, tbptt=6), False),
         # the same graph as the case above (RoPE tables are inputs): identity rotations
-        dict(feedback_interval=4, pos_encoding="none"),
+        (dict(feedback_interval=4, pos_encoding="none"), False),
         # a window of one position: no cache slots at all
-        dict(feedback_interval=1, window=1),
+        (dict(feedback_interval=1, window=1), False),
     ],
 )
-def test_compiled_equals_plain(fields, tokens) -> None:
+def test_compiled_equals_plain(fields, inductor, tokens, request) -> None:
+    if not inductor:
+        request.getfixturevalue("traced")
     assert_same(make_rlt("1+2", **fields), tokens)
 
 
 @pytest.mark.slow
 @needs_compiler
-def test_compiled_without_decoder_blocks(tokens) -> None:
+def test_compiled_without_decoder_blocks(tokens, traced) -> None:
     """Split 2+0: the merge alone feeds the head (no memory, no caches)."""
     assert_same(make_rlt("2+0", 1), tokens)
 
