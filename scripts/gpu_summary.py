@@ -93,21 +93,15 @@ def main_sweep_estimate(sec_per_step: dict[str, float]) -> dict[str, Any]:
     from hydra import compose, initialize_config_dir
 
     sys.path.insert(0, str(REPO))
-    from rlt.training.hydra_support import expand_jobs
+    from rlt.training.hydra_support import configs_by_cell
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=["sweep=main"], return_hydra_config=True)
         cfg.hydra.overrides.task = ["sweep=main"]
-        cells, composed = {}, {}
-        for job in expand_jobs(cfg):
-            # composed without its seed (a third of the compositions): a cell's seed is the
-            # last part of its name and changes neither its family nor its steps
-            rest = tuple(o for o in job if not o.startswith("seed="))
-            seed = next((o for o in job if o.startswith("seed=")), f"seed={cfg.seed}")
-            if rest not in composed:
-                composed[rest] = compose("config", overrides=list(rest))
-            c = composed[rest]
-            cells[c.cell.rsplit("/seed", 1)[0], seed] = (c.model.family, int(c.scale.max_steps))
+        cells = {
+            cell: (c.model.family, int(c.scale.max_steps))
+            for cell, c in configs_by_cell(cfg).items()
+        }
     seconds = 0.0
     for family, steps in cells.values():
         seconds += steps * sec_per_step["rlt1" if family == "rlt" else "transformer"]

@@ -282,6 +282,23 @@ def expand_jobs(config: DictConfig) -> list[list[str]]:
     return basic_sweep([f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task))
 
 
+def configs_by_cell(config: DictConfig) -> dict[str, DictConfig]:
+    """Each distinct cell of a composed multirun (inside an initialized config directory) with
+    its job's config composed without the seed: a cell's seed is the last part of its name and
+    changes nothing else, so a grid over 3 seeds composes a third of its jobs."""
+    from hydra import compose
+
+    composed: dict[tuple[str, ...], DictConfig] = {}
+    cells: dict[str, DictConfig] = {}
+    for job in expand_jobs(config):
+        rest = tuple(o for o in job if not o.startswith("seed="))
+        seed = next((o.split("=", 1)[1] for o in job if o.startswith("seed=")), config.seed)
+        if rest not in composed:
+            composed[rest] = compose("config", overrides=list(rest))
+        cells[f"{composed[rest].cell.rsplit('/seed', 1)[0]}/seed{seed}"] = composed[rest]
+    return cells
+
+
 def _split_name(cfg: DictConfig) -> str | None:
     """The split a cell records: its name for a split family (the RLT), else None."""
     family = families.find(cfg.model.get("family"))

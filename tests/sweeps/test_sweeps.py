@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rlt.sweep import cell_states
-from rlt.training.hydra_support import expand_jobs
+from rlt.training.hydra_support import configs_by_cell, expand_jobs
 from tests.training.helpers import REPO, compose_cfg, group_options
 
 CELLS = [
@@ -37,14 +37,9 @@ def preset_cells(sweep: str):
         cfg = compose("config", overrides=[f"sweep={sweep}"], return_hydra_config=True)
         cfg.hydra.overrides.task = [f"sweep={sweep}"]
         jobs = expand_jobs(cfg)
-        composed: dict[tuple[str, ...], object] = {}
-        cells = set()
-        for job in jobs:
-            rest = tuple(o for o in job if not o.startswith("seed="))
-            seed = next((o.split("=", 1)[1] for o in job if o.startswith("seed=")), cfg.seed)
-            if rest not in composed:
-                composed[rest] = compose("config", overrides=list(rest))
-            cells.add(f"{composed[rest].cell.rsplit('/seed', 1)[0]}/seed{seed}")
+        by_cell = configs_by_cell(cfg)
+        composed = {id(c): c for c in by_cell.values()}
+        cells = set(by_cell)
         return jobs, frozenset(cells), str(cfg.scale.name), list(composed.values())
 
 
