@@ -33,6 +33,7 @@ on CUDA from ``torch.cuda.max_memory_allocated``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -352,11 +353,35 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         parser.error(why)
 
 
+@contextlib.contextmanager
+def empty_inductor_cache(wanted: bool):
+    """Within the block, inductor compiles into an empty on-disk cache (a first compile's
+    time); afterwards the cache is deleted and the caller's ``TORCHINDUCTOR_CACHE_DIR`` is as it
+    was. Does nothing unless ``wanted``."""
+    if not wanted:
+        yield
+        return
+    key = "TORCHINDUCTOR_CACHE_DIR"
+    before = os.environ.get(key)
+    with tempfile.TemporaryDirectory(prefix="rlt-bench-inductor-", ignore_cleanup_errors=True) as d:
+        os.environ[key] = d
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = before
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    if args.compile and not args.warm_cache:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="rlt-bench-inductor-")
+    with empty_inductor_cache(args.compile and not args.warm_cache):
+        return _measure(args)
+
+
+def _measure(args: argparse.Namespace) -> dict[str, Any]:
     load_before = os.getloadavg()
     result: dict[str, Any] = {
         "config": {k: v for k, v in vars(args).items() if k != "json"},

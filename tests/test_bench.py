@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -128,6 +130,26 @@ def test_bench_stack_refuses_what_it_does_not_time(extra, says, capsys) -> None:
     with pytest.raises(SystemExit):
         bench.parse_args(f"--preset small {extra}".split())
     assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("before", [None, "/somewhere/the/user/set"])
+def test_the_empty_compile_cache_is_removed_and_the_setting_restored(before, monkeypatch):
+    """--compile times a first compile in an empty inductor cache: the directory exists while
+    the bench runs, and afterwards it is gone and TORCHINDUCTOR_CACHE_DIR is what it was (a
+    test process or a notebook calling bench.main goes on with its own cache)."""
+    key = "TORCHINDUCTOR_CACHE_DIR"
+    if before is None:
+        monkeypatch.delenv(key, raising=False)
+    else:
+        monkeypatch.setenv(key, before)
+    with bench.empty_inductor_cache(True):
+        inside = Path(os.environ[key])
+        assert inside.is_dir() and not any(inside.iterdir()) and str(inside) != before
+        (inside / "a-compiled-kernel.so").write_text("")
+    assert not inside.exists()
+    assert os.environ.get(key) == before
+    with bench.empty_inductor_cache(False):  # --warm-cache, or no --compile: left alone
+        assert os.environ.get(key) == before
 
 
 @pytest.mark.slow
