@@ -113,6 +113,14 @@ def _collected(a: argparse.Namespace):
         print(f"error: {e}", file=sys.stderr)
         return None
     recorded = set(c.val.get("metric", [])) | set(c.test.get("metric", []))
+    if a.metric in NOT_A_PERCENTAGE:
+        print(
+            f"error: --metric {a.metric}: the tables and figures show accuracies in percent; "
+            f"choose one of {', '.join(sorted(recorded - NOT_A_PERCENTAGE) or ['acc'])} "
+            "(figures.py draws the training loss, train_loss_<task>)",
+            file=sys.stderr,
+        )
+        return None
     if recorded and a.metric not in recorded:
         print(
             f"error: --metric {a.metric!r}: these runs record {', '.join(sorted(recorded))}",
@@ -120,6 +128,11 @@ def _collected(a: argparse.Namespace):
         )
         return None
     return c
+
+
+# Metrics that results.json records but that are no fraction: the tables print every value
+# times 100 with a "%".
+NOT_A_PERCENTAGE = {"loss"}
 
 
 def _unwritable(out: Path, e: OSError) -> int:
@@ -252,9 +265,17 @@ def figures_main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--split", help="split of the schedule view when no run trained with a schedule")
     a = p.parse_args(argv)
+    lengths = _lengths(a.length, "--length")
     c = _collected(a)
     if c is None:
         return 2
+    for flag, problem in (
+        ("--length", _untested_lengths(c, lengths)),
+        ("--split", _absent_split(c, a.split)),
+    ):
+        if problem:
+            print(f"error: {flag}: {problem}", file=sys.stderr)
+            return 2
     from rlt.analysis.figures import make_figures  # matplotlib only when drawing
 
     out = a.out or a.sweep_dirs[0] / "analysis" / "figures"
@@ -272,7 +293,7 @@ def figures_main(argv: Sequence[str] | None = None) -> int:
         formats=a.format or ("png", "pdf"),
         schedule_view=a.schedule_view,
         split=a.split,
-        lengths=_lengths(a.length, "--length"),
+        lengths=lengths,
     )
     for r in results:
         print("  ".join(str(p) for p in r.paths))

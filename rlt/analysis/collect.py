@@ -45,7 +45,8 @@ KEYS = ["run_id", "row", "task", "preset", "label", "seed"]
 
 
 class NoResultsError(FileNotFoundError):
-    """No completed run under the given paths; the message says what to do about it."""
+    """The given paths hold no run to read (a path does not exist, one lies inside another, or
+    no run under them has results); the message says what to do about it."""
 
 
 @dataclass
@@ -142,6 +143,7 @@ def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Col
     for d in sweep_dirs:
         if not d.exists():
             raise NoResultsError(f"{d} does not exist: check the path")
+    _check_apart(sweep_dirs)
 
     sweep_dirs = _sweeps_of(sweep_dirs)
     records, val_rows, train_rows, test_rows, probe_rows, def_rows, warnings = _read_runs(
@@ -202,6 +204,19 @@ def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Col
         warnings=warnings,
         definitions=definitions,
     )
+
+
+def _check_apart(paths: list[Path]) -> None:
+    """Raise :class:`NoResultsError` when a given path lies inside another (a sweep and one of
+    its runs, a root and one of its sweeps): its runs would be read, and counted, twice."""
+    resolved = [p.resolve() for p in paths]
+    for inner, r_inner in zip(paths, resolved):
+        for outer, r_outer in zip(paths, resolved):
+            if r_inner != r_outer and r_inner.is_relative_to(r_outer):
+                raise NoResultsError(
+                    f"{inner} lies inside {outer}, so its runs would be read twice: give "
+                    "only one of the two"
+                )
 
 
 def _sweeps_of(paths: list[Path]) -> list[Path]:

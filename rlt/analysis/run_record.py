@@ -44,7 +44,8 @@ def read_run(
     """One run directory -> (run record, val rows, train rows, test rows, probe rows, metric
     definition rows, warnings). A results.json that parses but cannot be read as a run (a seed
     that is not an integer, no task, model or seed where the path has none either, a block of
-    the wrong type) leaves the run unreadable, listed with what is wrong, never a traceback."""
+    the wrong type, no validation or no test value) leaves the run unreadable, listed with what
+    is wrong, never a traceback."""
     from_path = parse_cell(run_dir.resolve()) or {}
     rec: dict[str, Any] = dict.fromkeys(RUN_COLUMNS)
     rec.update(
@@ -97,6 +98,8 @@ def read_run(
             recorded = defs.recorded(rid, results.get("metric_definitions"))
         except (AttributeError, KeyError, TypeError, ValueError) as e:  # a block's wrong shape
             damage = f"{type(e).__name__}: {e}"
+        else:
+            damage = _missing(val, test)
     if damage is not None:
         rec.update(state="unreadable", detail=f"{RESULTS} damaged: {damage}")
         return rec, *nothing, warnings
@@ -132,6 +135,18 @@ def _damage(results: dict, rec: dict[str, Any]) -> str | None:
             "<task>/<model>/<split>/seed<N> to tell"
         )
     return None
+
+
+def _missing(val: list, test: list) -> str | None:
+    """What a finished run always records and this results.json lacks (a file that parses but
+    was cut short or emptied must not count as a run with results): a validation value, and a
+    test value at some length."""
+    lacking = [
+        what for what, rows in (("val_curve", val), ("test_by_policy (or test)", test)) if not rows
+    ]
+    if not lacking:
+        return None
+    return "no numeric value in " + " or ".join(lacking)
 
 
 def _read_status(run_dir: Path, rec: dict[str, Any]) -> dict | None:

@@ -93,6 +93,44 @@ def test_a_misnamed_metric_or_reference_is_one_line_and_a_sweep_named_twice_is_r
     assert (out / table).read_text() == (tmp_path / "once" / table).read_text()
 
 
+def test_a_path_inside_another_and_the_loss_as_a_percentage_are_refused(
+    sweep: Path, tmp_path: Path, capsys
+) -> None:
+    """A sweep given with one of its runs (or a root with one of its sweeps) crashed in pandas
+    (its runs were read twice, under one index); ``--metric loss`` printed the loss times 100
+    as a percentage. Each is one line, before anything is written."""
+    run_dir = next(sweep.rglob("seed42"))
+    out = tmp_path / "t"
+    for paths in ([sweep, run_dir], [run_dir, sweep], [sweep.parent, sweep]):
+        for main in (tables_main, figures_main):
+            assert main([*map(str, paths), "--out", str(out)]) == 2
+            (line,) = capsys.readouterr().err.strip().splitlines()
+            assert "lies inside" in line and "read twice" in line
+    assert tables_main([str(sweep), "--metric", "loss", "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "--metric loss" in line and "percent" in line and "acc" in line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--split", "banana"], "--split: no run has split 'banana'; the runs' splits: "),
+        (["--length", "parity=999"], "--length: parity was not tested at length 999"),
+        (["--length", "banana=20"], "--length: no run of task 'banana'"),
+    ],
+)
+def test_figures_refuse_a_split_or_length_no_run_has_as_tables_do(
+    sweep: Path, tmp_path: Path, capsys, args, says
+) -> None:
+    """figures.py drew nothing for them (or left the task's schedule view out) and said so
+    nowhere."""
+    out = tmp_path / "f"
+    assert figures_main([str(sweep), "--schedule-view", *args, "--out", str(out)]) == 2
+    assert says in capsys.readouterr().err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [

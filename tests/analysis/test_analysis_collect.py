@@ -105,6 +105,44 @@ def test_unreadable_results_are_reported(tmp_path: Path) -> None:
     assert "results.json unreadable" in inc.loc[43, "detail"]
 
 
+@pytest.mark.parametrize(
+    "cut, says",
+    [
+        ("emptied", "no numeric value in val_curve or test_by_policy"),
+        ("no test", "no numeric value in test_by_policy"),
+        ("no val_curve", "no numeric value in val_curve"),
+        ("test values as text", "no numeric value in test_by_policy"),
+    ],
+)
+def test_a_results_json_without_its_numbers_is_no_finished_run(
+    tmp_path: Path, cut: str, says: str
+) -> None:
+    """A results.json that parses but lost what every finished run records (emptied to {}, a
+    block cut out, its values written as text) counted as a run with results, and the report
+    said every cell had them: it is listed as unreadable, naming what is missing."""
+    root = tmp_path / "s"
+    write_run(root, "parity", "rlt1", "4+4", 42)
+    bad = write_run(root, "parity", "rlt1", "4+4", 43)
+    res = json.loads((bad / "results.json").read_text())
+    if cut == "emptied":
+        res = {}
+    if cut == "no test":
+        res.pop("test_by_policy", None), res.pop("test", None)
+    if cut == "no val_curve":
+        del res["val_curve"]
+    if cut == "test values as text":
+        for block in res["test_by_policy"].values():
+            for row in block["rows"]:
+                row["value"] = str(row["value"])
+        res.pop("test", None)
+    (bad / "results.json").write_text(json.dumps(res))
+    c = collect([root])
+    assert c.used["seed"].tolist() == [42]
+    inc = c.incomplete.set_index("seed")
+    assert inc.loc[43, "state"] == "unreadable"
+    assert says in inc.loc[43, "detail"]
+
+
 def test_missing_results_error_names_the_fix(tmp_path: Path) -> None:
     with pytest.raises(NoResultsError, match="does not exist: check the path"):
         collect([tmp_path / "nope"])
