@@ -270,6 +270,17 @@ def scored_mismatch(block: Any, results: dict) -> str | None:
 STOPPED_STATES = ("interrupted", "requeued")
 
 
+def error_line(text: str, n: int = 100) -> str:
+    """A status.json ``error`` as one line of a listing: its first line (a failed run's
+    ``Type: message``, a refusal's summary), at most ``n`` characters, "…" where more was left
+    out."""
+    lines = str(text).strip().splitlines()
+    first = lines[0] if lines else ""
+    if len(first) > n or len(lines) > 1:
+        return first[: n - 1].rstrip() + "…"
+    return first
+
+
 def write_status(run_dir: str | Path, state: str, **fields: Any) -> dict:
     """Update ``status.json`` (a state of RUN_STATES plus progress fields), keeping old fields.
 

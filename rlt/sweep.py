@@ -112,7 +112,7 @@ def format_status(records: list[dict[str, Any]]) -> str:
         job = f" {r.get('slurm') or '-':>18s}" if with_slurm else ""
         line = f"{r['state']:12s} {step:>11s} {acc:>12s}{job}  {r['cell']}"
         if r["state"] in ("failed", "unreadable") and r["error"]:
-            line += f"  ({r['error']})"
+            line += f"  ({rundir.error_line(r['error'], 160)})"
         lines.append(line)
     counts: dict[str, int] = {}
     for r in records:

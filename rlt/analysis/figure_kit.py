@@ -49,12 +49,17 @@ def finish(
     return FigureResult(name, save(fig, out_dir, name, formats), data)
 
 
+# No creation date in a PDF or SVG: the same runs draw the same bytes, so a committed figure
+# changes only when its data or drawing does (PNG carries none).
+_NO_DATE = {"pdf": {"CreationDate": None}, "svg": {"Date": None}}
+
+
 def save(fig: plt.Figure, out_dir: Path, name: str, formats: Sequence[str]) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for fmt in formats:
         path = out_dir / f"{name}.{fmt}"
-        fig.savefig(path, dpi=150)
+        fig.savefig(path, dpi=150, metadata=_NO_DATE.get(fmt))
         paths.append(path)
     plt.close(fig)
     return paths

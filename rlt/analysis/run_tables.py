@@ -11,6 +11,7 @@ from rlt.analysis.labels import DEPTH_VARIANTS
 from rlt.analysis.table_core import (
     Table,
 )
+from rlt.rundir import error_line
 
 
 def _params_note(row: str, runs: pd.DataFrame) -> str:
@@ -208,5 +209,4 @@ def _step(step: object, max_steps: object) -> str:
 def _short(text: object, n: int = 100) -> str:
     if text is None or (isinstance(text, float) and pd.isna(text)):
         return ""
-    text = str(text).strip().splitlines()[-1] if str(text).strip() else ""
-    return text if len(text) <= n else text[: n - 1] + "…"
+    return error_line(str(text), n)

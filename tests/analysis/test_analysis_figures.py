@@ -175,3 +175,19 @@ def test_log_loss_band_stays_on_the_axis(sweep: Path, tmp_path: Path, monkeypatc
     pts = pd.concat([r.data for r in results])
     assert all(v > 0 for low, high in bands for v in low + high)
     assert sorted(v for low, _ in bands for v in low) == sorted(pts["min"])
+
+
+def test_the_same_figure_saved_twice_is_the_same_bytes(tmp_path: Path, monkeypatch) -> None:
+    """A committed PDF changed at every rebuild (its creation date) though nothing it shows
+    did; PNG and PDF are now the same bytes for the same drawing, whenever it is saved."""
+    import matplotlib.pyplot as plt
+
+    from rlt.analysis.figure_kit import save
+
+    def draw(out: Path, epoch: str) -> list[bytes]:
+        monkeypatch.setenv("SOURCE_DATE_EPOCH", epoch)  # what a PDF's date is taken from
+        fig, ax = plt.subplots()
+        ax.plot([1, 2, 3], [0.5, 0.9, 1.0])
+        return [p.read_bytes() for p in save(fig, out, "f", ("png", "pdf"))]
+
+    assert draw(tmp_path / "a", "1000000000") == draw(tmp_path / "b", "1900000000")

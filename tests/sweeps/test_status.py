@@ -47,6 +47,24 @@ def test_status_lists_done_failed_interrupted_and_missing(tmp_path, capsys):
     assert len(json.loads(capsys.readouterr().out)) == 4
 
 
+def test_a_failure_of_several_lines_is_one_line_with_its_type(tmp_path, capsys):
+    """An error whose message runs over lines broke the one-line-per-cell listing, and the
+    analysis' Incomplete table kept its last line, dropping the exception's type."""
+    from rlt.analysis import collect
+    from rlt.analysis.run_tables import incomplete_table
+
+    cell = "parity/rlt1/4+4/seed42"
+    write(tmp_path / "done" / "results.json", {})  # collect needs one run with results
+    error = "RuntimeError: boom\n  while stepping 3\nsecond line"
+    write(tmp_path / cell / "status.json", {"state": "failed", "step": 3, "error": error})
+    assert main(["status", str(tmp_path)]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if cell in x]
+    assert line.endswith(f"{cell}  (RuntimeError: boom…)")
+    table = incomplete_table(collect([tmp_path], require_results=False)).markdown()
+    (row,) = [x for x in table.splitlines() if "seed" in x and "42" in x]
+    assert "RuntimeError: boom…" in row and "second line" not in row
+
+
 def test_status_of_a_missing_directory_names_the_fix(tmp_path, capsys):
     assert main(["status", str(tmp_path / "nope")]) == 2
     assert "pass a sweep's directory (runs/<sweep name>)" in capsys.readouterr().err
