@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             if not got:
                 raise Refused(f"{a.run_dir} is being trained by another process; score it later")
             return score(a.run_dir, a.policy, a.overrides)
-    except (Refused, FileNotFoundError, ConfigError) as e:
+    except (Refused, FileNotFoundError, PermissionError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -327,7 +327,7 @@ def _stream_options(parser: argparse.ArgumentParser) -> None:
 def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Bad values end with one usage line naming the option, not a traceback."""
     for name in (
-        "threads", "repeats", "batch", "length", "d_model", "n_heads", "stream_batch",
+        "threads", "repeats", "batch", "length", "d_model", "n_heads", "d_ff", "stream_batch",
         "rlt2_interval",
     ):  # fmt: skip
         value = getattr(args, name)
@@ -347,10 +347,26 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         n_enc, n_dec = parse_split(args.split)
     except ValueError as e:
         parser.error(f"--split: {e}")
+    if args.device not in ("cpu", "cuda") and not args.device.startswith("cuda:"):
+        parser.error(f"--device {args.device!r}: use cpu or cuda (or cuda:N)")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error(f"--device {args.device}: this machine has no CUDA (use --device cpu)")
     if args.mode in ("stream", "both") and (why := too_large(args, n_enc, n_dec)) is not None:
         parser.error(why)
+    if args.json and (why := _unwritable(args.json)) is not None:
+        parser.error(f"--json {args.json}: {why} (checked before measuring, not after)")
+
+
+def _unwritable(path: str) -> str | None:
+    """Why the result file cannot be written where it is asked for, or None."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"{folder} is not a directory; create it or give another path"
+    if os.path.isdir(path):
+        return "that is a directory; give a file name"
+    if not os.access(folder, os.W_OK):
+        return f"{folder} is not writable; give another path"
+    return None
 
 
 @contextlib.contextmanager

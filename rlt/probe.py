@@ -5,6 +5,7 @@ beside eval.py: it rebuilds the run with ``rlt.training.kept``."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,8 @@ def probe_run_dir(run_dir: Path, policy: str = "min_val_loss") -> dict[str, Any]
     kept = load_kept(run_dir, policy)
     if not has_target(kept.spec.task):
         raise ValueError(
-            f"task {kept.spec.task.name!r} has no running target (probe tasks: {REQUIRED})"
+            f"task {kept.spec.task.name!r} has no running target (probe tasks: "
+            f"{', '.join(REQUIRED)})"
         )
     block = probe_model(
         kept.model, kept.spec.task, kept.spec.test_lengths, n_test=kept.spec.settings.scale.n_test
@@ -41,18 +43,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", default="min_val_loss", help="checkpoint policy to probe")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
     args = parser.parse_args(argv)
-    torch.set_num_threads(max(1, args.threads))
+    if args.threads < 1:
+        parser.error(f"--threads {args.threads}: give 1 or more")
+    torch.set_num_threads(args.threads)
+    out = args.run_dir / rundir.PROBE
     try:
+        if args.run_dir.is_dir():
+            _check_writable(args.run_dir)  # before the probe's work, not after it
         block = probe_run_dir(args.run_dir, args.policy)
-    except (FileNotFoundError, ValueError) as e:
+        block = {**rundir.scored_stamp(args.run_dir, args.policy, block["step"]), **block}
+        rundir.atomic_write_json(out, block)  # replaces a symlink there, never writes through it
+    except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out = args.run_dir / rundir.PROBE
-    block = {**rundir.scored_stamp(args.run_dir, args.policy, block["step"]), **block}
-    rundir.atomic_write_json(out, block)  # replaces a symlink there, never writes through it
+    print(
+        f"state probe of the {args.policy} checkpoint (step {block['step']}): accuracy (%) by position"
+    )
     print(format_probe(block))
     print(f"wrote {out}", file=sys.stderr)
     return 0
+
+
+def _check_writable(run_dir: Path) -> None:
+    """PermissionError naming the fix when ``run_dir`` does not take the probe's file."""
+    test = run_dir / f".write_test.{os.getpid()}"
+    try:
+        test.write_text("")
+        test.unlink()
+    except OSError as e:
+        raise PermissionError(
+            f"cannot write {run_dir / rundir.PROBE} ({e.strerror}); make {run_dir} writable, or "
+            "probe a copy of the run"
+        ) from e
 
 
 if __name__ == "__main__":

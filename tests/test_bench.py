@@ -90,6 +90,25 @@ def test_bench_cli_smoke(tmp_path, capsys) -> None:
 @pytest.mark.parametrize(
     "extra, message",
     [
+        ("--device foo", "--device 'foo': use cpu or cuda"),
+        ("--d-ff 0", "--d-ff must be >= 1, got 0"),
+        ("--json /nonexistent-dir/out.json", "/nonexistent-dir is not a directory"),
+        ("--json /", "that is a directory"),
+    ],
+)
+def test_a_bad_device_width_or_result_path_is_refused_before_measuring(
+    extra, message, capsys
+) -> None:
+    """These were a traceback (the device, d_ff, after a few seconds), or for --json one after
+    the whole measurement, whose numbers were then lost."""
+    with pytest.raises(SystemExit) as exc:
+        bench.parse_args(f"--preset small {extra}".split())
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
         ("--compile --plain", "exclude each other"),
         ("--compile --warmup 0", "--warmup >= 1"),
         ("--native --compile", "drop --compile / --plain"),

@@ -117,6 +117,53 @@ def test_eval_names_a_state_file_that_does_not_parse_and_its_repair(run_dir, cap
     assert sorted(p.name for p in run_dir.iterdir()) == before
 
 
+@pytest.mark.parametrize("copied", ["another family", "other widths", "no weights"])
+def test_a_checkpoint_that_is_not_the_configs_model_is_one_line(run_dir, capsys, copied):
+    """A checkpoint copied from another run (a Transformer's into an RLT's directory), a
+    config.yaml edited since, or a file of tensors that is no policy file: a traceback from
+    load_state_dict or a KeyError, now one line naming the file and what to do."""
+    import torch
+
+    ckpt = run_dir / "checkpoints" / "min_val_loss.pt"
+    state = torch.load(ckpt, weights_only=True)
+    if copied == "another family":
+        state["state_dict"] = {"blocks.0.w": torch.zeros(2)}
+    if copied == "other widths":
+        state["state_dict"] = {k: torch.zeros(3, *v.shape) for k, v in state["state_dict"].items()}
+    if copied == "no weights":
+        state = {"x": 1}
+    torch.save(state, ckpt)
+    assert eval_main([str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert str(ckpt) in err and len(err.strip().splitlines()) == 1, err
+    says = "does not load" if copied == "no weights" else "not the weights of the model"
+    assert says in err
+
+
+def test_a_run_without_its_status_is_named_as_such(run_dir, capsys):
+    """eval.py said results.json did not parse when status.json was missing."""
+    (run_dir / "status.json").unlink()
+    assert eval_main([str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "has no status.json" in err and "results.json" not in err
+
+
+def test_a_run_directory_that_takes_no_file_is_refused_before_the_probe_works(
+    run_dir, capsys, monkeypatch
+):
+    """The probe did all its work, then failed with a traceback writing probe.json."""
+    import os
+
+    from rlt import probe
+
+    monkeypatch.setattr(probe, "probe_model", lambda *a, **k: pytest.fail("probed anyway"))
+    (run_dir / f".write_test.{os.getpid()}").mkdir()  # the write test cannot make its file
+    assert probe.main([str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write {run_dir / 'probe.json'}" in err and "writable" in err
+    assert len(err.strip().splitlines()) == 1 and not (run_dir / "probe.json").exists()
+
+
 def test_eval_never_writes_through_a_symlink(run_dir, tmp_path):
     outside = tmp_path / "outside.json"
     outside.write_text("precious")
@@ -145,6 +192,7 @@ def test_a_stored_config_runs_no_code_when_scored(run_dir, tmp_path):
         (["task.test_lengths=0"], "not positive whole lengths"),
         (["task.test_lengths=[]"], "give a non-empty list of lengths"),
         (["task.test_lengths=[1000000000]"], "exceed eval.py's 16384 tokens"),
+        (["scale.n_test=1000000000"], "scale.n_test must be at most 1,000,000"),
         (["--policy", "../checkpoints/final"], "is not a checkpoint policy; use one of"),
         (["scale.lr=1"], "eval.py takes"),
     ],

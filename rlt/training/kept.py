@@ -35,7 +35,7 @@ def require_finished(run_dir: Path) -> None:
     status = run.status()
     for name, path, parsed in (
         (rundir.STATUS, run.status_file, status),
-        (rundir.RESULTS, run.results_file, run.results() if status else None),
+        (rundir.RESULTS, run.results_file, run.results()),
     ):
         if path.is_file() and parsed is None:
             raise ConfigError(
@@ -44,6 +44,12 @@ def require_finished(run_dir: Path) -> None:
             )
     state = (status or {}).get("state")
     has_results = run.results_file.is_file()
+    if status is None and (has_results or run.config_file.is_file()):
+        raise ConfigError(
+            f"{run_dir} has no {rundir.STATUS}, so whether the run finished cannot be told; rerun "
+            f"the train.py command of {run_dir} (it finishes the run and writes its status), then "
+            "score it"
+        )
     if state != "done" or not has_results:
         at = f" at step {status.get('step')} of {status.get('max_steps')}" if status else ""
         raise ConfigError(
@@ -88,9 +94,19 @@ def load_kept(run_dir: str | Path, policy: str = "min_val_loss", overrides=()) -
     model = build_model(spec.entry.config_class()(**spec.model_kwargs))
     try:
         state = load_weights(ckpt)
-    except Exception as e:  # a damaged file: torch's message is many lines
+        step = int(state["step"])
+        weights = state["state_dict"]
+    except Exception as e:  # a damaged file (torch's message is many lines), or not a policy's
         raise ConfigError(
             f"{ckpt} does not load ({type(e).__name__}); retrain the run (force=true) to rewrite it"
         ) from e
-    restore(model, state, spec)
-    return Kept(spec=spec, model=model.eval(), step=int(state["step"]))
+    try:
+        restore(model, state, spec)
+    except RuntimeError as e:  # load_state_dict: missing, unexpected or other-shaped tensors
+        raise ConfigError(
+            f"{ckpt} holds {len(weights)} tensors that are not the weights of the model its "
+            f"config.yaml describes ({spec.identity['label']}, {spec.model_kwargs.get('d_model')} "
+            "wide): a checkpoint copied from another run, or config.yaml edited since. Put back "
+            "the run's own files, or retrain it (force=true)"
+        ) from e
+    return Kept(spec=spec, model=model.eval(), step=step)

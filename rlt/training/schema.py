@@ -56,6 +56,11 @@ def _number(
 PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "64")
 
 
+# Why a validation or test set has at most a million examples per length: each is generated
+# and held in memory before the first is scored, so a typo (1000000000) must fail at once.
+_HELD = "examples per length, generated and held in memory before scoring"
+
+
 @dataclass(frozen=True)
 class Scale:
     name: str = ""
@@ -72,8 +77,8 @@ class Scale:
     lr: float = _number(float, 0, positive=True)
     min_lr: float = _number(float, 0)
     eval_batch: int = _number(int, 1)
-    n_val: int | None = _number(int, 1, nullable=True)
-    n_test: int | None = _number(int, 1, nullable=True)
+    n_val: int | None = _number(int, 1, nullable=True, maximum=10**6, why=_HELD)
+    n_test: int | None = _number(int, 1, nullable=True, maximum=10**6, why=_HELD)
     test_lengths_limit: int | None = _number(int, 1, nullable=True)
 
 
