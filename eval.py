@@ -134,6 +134,11 @@ def score(run_dir: Path, policy: str, overrides: list[str]) -> int:
         overrides = [*overrides, "scale.test_lengths_limit=null"]
     if "state.at" in asked and "state.drop" not in asked:
         raise Refused("state.at needs state.drop=<part>[,<part>...] (or all)")
+    if "state.at" in asked and asked["state.drop"].strip().lower() == "none":
+        raise Refused(
+            "state.at: state.drop=none drops nothing anywhere (the streamed control); leave "
+            "state.at out, or name the part to drop"
+        )
     kept = load_kept(run_dir, policy, overrides)
     how = None
     if "state.drop" in asked:
@@ -187,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="key=value, e.g. task.test_lengths=[20,512]")
     parser.add_argument("--policy", default="min_val_loss", help="checkpoint policy to score")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
+    given = sys.argv[1:] if argv is None else argv
+    if not [x for x in given if not x.startswith("-")] and not {"-h", "--help"} & set(given):
+        parser.error("give the run directory to score, e.g. python eval.py runs/.../seed42")
     a = parser.parse_intermixed_args(argv)  # options between the overrides, as the doc shows
     bad = [o for o in a.overrides if o.split("=", 1)[0] not in ALLOWED or "=" not in o]
     if bad:

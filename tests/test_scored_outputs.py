@@ -164,6 +164,22 @@ def test_a_run_directory_that_takes_no_file_is_refused_before_the_probe_works(
     assert len(err.strip().splitlines()) == 1 and not (run_dir / "probe.json").exists()
 
 
+def test_eval_names_a_sweep_folder_a_missing_policy_and_a_missing_run_dir(run_dir, capsys):
+    """A sweep folder was 'not a finished run (state None, ...)'; a policy the run did not keep
+    did not say which it kept; no argument asked for the optional overrides too."""
+    sweep = run_dir.parents[3]
+    assert eval_main([str(sweep)]) == 2
+    assert "holds no run (no status.json, results.json or config.yaml)" in capsys.readouterr().err
+    (run_dir / "checkpoints" / "min_val_loss.pt").unlink()
+    assert eval_main([str(run_dir)]) == 2
+    assert "it kept final, max_val_acc (--policy NAME)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        eval_main([])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "give the run directory to score" in err and "required" not in err
+
+
 def test_eval_never_writes_through_a_symlink(run_dir, tmp_path):
     outside = tmp_path / "outside.json"
     outside.write_text("precious")
@@ -193,6 +209,7 @@ def test_a_stored_config_runs_no_code_when_scored(run_dir, tmp_path):
         (["task.test_lengths=[]"], "give a non-empty list of lengths"),
         (["task.test_lengths=[1000000000]"], "exceed eval.py's 16384 tokens"),
         (["scale.n_test=1000000000"], "scale.n_test must be at most 1,000,000"),
+        (["state.drop=none", "state.at=5"], "state.drop=none drops nothing anywhere"),
         (["--policy", "../checkpoints/final"], "is not a checkpoint policy; use one of"),
         (["scale.lr=1"], "eval.py takes"),
     ],

@@ -25,15 +25,19 @@ def _lengths(values: list[str] | None, flag: str) -> Lengths:
         try:
             n = int(num)
         except ValueError:
-            raise SystemExit(
-                f"error: {flag} {v!r}: expected N or TASK=N, e.g. parity=256"
-            ) from None
+            _usage_error(f"{flag} {v!r}: expected N or TASK=N, e.g. parity=256")
         if not sep:
             if len(values) > 1:
-                raise SystemExit(f"error: {flag} {v!r}: give one N for all tasks or TASK=N each")
+                _usage_error(f"{flag} {v!r}: give one N for all tasks or TASK=N each")
             return n
         out[task] = n
     return out
+
+
+def _usage_error(message: str):
+    """A bad option value: one line, exit status 2 (as argparse's own errors)."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def _untested_lengths(c, lengths: Lengths) -> str | None:

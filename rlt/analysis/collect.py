@@ -143,6 +143,11 @@ def collect(paths: Sequence[str | Path], *, require_results: bool = True) -> Col
     for d in sweep_dirs:
         if not d.exists():
             raise NoResultsError(f"{d} does not exist: check the path")
+        if not d.is_dir():
+            raise NoResultsError(
+                f"{d} is a file: give the directory of a sweep or of one run (the directory "
+                f"that holds {RESULTS})"
+            )
     _check_apart(sweep_dirs)
 
     sweep_dirs = _sweeps_of(sweep_dirs)

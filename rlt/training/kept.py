@@ -44,7 +44,12 @@ def require_finished(run_dir: Path) -> None:
             )
     state = (status or {}).get("state")
     has_results = run.results_file.is_file()
-    if status is None and (has_results or run.config_file.is_file()):
+    if status is None and not has_results and not run.config_file.is_file():
+        raise ConfigError(
+            f"{run_dir} holds no run (no {rundir.STATUS}, {rundir.RESULTS} or config.yaml): give "
+            "a run directory train.py wrote, <sweep>/<task>/<model>/<split>/seed<N>"
+        )
+    if status is None:
         raise ConfigError(
             f"{run_dir} has no {rundir.STATUS}, so whether the run finished cannot be told; rerun "
             f"the train.py command of {run_dir} (it finishes the run and writes its status), then "
@@ -77,7 +82,11 @@ def load_kept(run_dir: str | Path, policy: str = "min_val_loss", overrides=()) -
     config, ckpt = run.config_file, run.policy_file(policy)
     for path, what in ((config, "its config.yaml"), (ckpt, f"the {policy} checkpoint")):
         if not path.is_file():
-            raise FileNotFoundError(f"{run_dir} lacks {what} ({path}): score a run that kept it")
+            kept = [p for p in rundir.POLICIES if run.policy_file(p).is_file()]
+            other = f"; it kept {', '.join(kept)} (--policy NAME)" if kept and path == ckpt else ""
+            raise FileNotFoundError(
+                f"{run_dir} lacks {what} ({path}): score a run that kept it{other}"
+            )
     try:
         stored = identity.stored_config(run_dir)
     except identity.UnreadableConfig as e:

@@ -147,9 +147,25 @@ def test_a_step_split_or_length_no_run_has_is_refused_not_an_empty_table(
     assert not (tmp_path / "t").exists()
 
 
-def test_bad_length_argument_names_the_expected_form(sweep: Path) -> None:
-    with pytest.raises(SystemExit, match="expected N or TASK=N"):
-        tables_main([str(sweep), "--length", "parity=abc"])
+def test_bad_length_argument_names_the_expected_form(sweep: Path, capsys) -> None:
+    """One line and exit status 2, as every other bad option (it exited with 1)."""
+    for args, says in (
+        (["--length", "parity=abc"], "expected N or TASK=N"),
+        (["--length", "20", "--length", "256"], "give one N for all tasks or TASK=N each"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            tables_main([str(sweep), *args])
+        assert exc.value.code == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert says in line
+
+
+def test_a_file_given_for_a_directory_is_named_as_a_file(sweep: Path, capsys) -> None:
+    """It said 'no results.json under .../results.json'."""
+    results = next(sweep.rglob("results.json"))
+    assert tables_main([str(results)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"{results} is a file: give the directory of a sweep or of one run" in line
 
 
 @pytest.mark.slow
