@@ -207,8 +207,8 @@ def _merge_grid(sweep_dir: Path, dest: Path, cells: set[str]) -> None:
     are kept as they are); a sweep without a grid file leaves DEST's alone."""
     try:
         grid = rundir.read_grid(sweep_dir) or {}
-    except rundir.UnreadableGrid as e:
-        print(f"warning: {e}; {dest}'s grid.json left as it was", file=sys.stderr)
+    except rundir.UnreadableGrid:  # cell_states has said so
+        print(f"warning: so {dest}'s grid.json is left as it was", file=sys.stderr)
         return
     new = [c for c in grid.get("cells", []) if isinstance(c, dict) and c.get("cell") in cells]
     merged = rundir.read_grid(dest) or {k: v for k, v in grid.items() if k != "cells"}
@@ -229,14 +229,28 @@ def _export_main(args: argparse.Namespace) -> int:
     for cell in done["copied"]:
         print(f"{verb:10s}  {cell}")
     for cell, state in done["skipped"]:
-        why = "a file of it does not parse" if state == "unreadable" else state
-        print(f"{'left out':10s}  {cell}  ({why}: export again when it is done)")
+        print(f"{'left out':10s}  {cell}  ({LEFT_OUT.get(state, f'{state}: {_WHEN_DONE}')})")
+    if not (done["copied"] or done["unchanged"] or done["skipped"]):
+        print(f"no runs under {args.sweep_dir}: launch the sweep first (python train.py -m ...)")
+        return 1
     copied = "to copy (dry run)" if args.dry_run else "copied"
     print(
         f"{len(done['copied'])} run(s) {copied}, {len(done['unchanged'])} already in "
-        f"{args.dest}, {len(done['skipped'])} not finished"
+        f"{args.dest}, {len(done['skipped'])} left out"
     )
     return 0
+
+
+# Why export leaves a cell out, and what makes it exportable (by its state in cell_states).
+_WHEN_DONE = "export again when it is done"
+_RERUN = "rerun the sweep's train.py command"
+LEFT_OUT = {
+    "missing": f"not started: {_RERUN}, then export",
+    "failed": f"failed: {_RERUN} (it retries the cell), then export",
+    "unreadable": f"a file of it does not parse: {_RERUN} (it repairs it), then export",
+    "incomplete": f"done without results.json: {_RERUN} (it evaluates the run again), then export",
+    "interrupted": f"stopped part-way: {_RERUN} (it resumes the run), then export",
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -75,8 +75,8 @@ def test_export_copies_the_result_files_of_finished_runs_only(sweep, tmp_path, c
     grid = json.loads((dest / "grid.json").read_text())
     assert [c["cell"] for c in grid["cells"]] == [DONE, DONE_2]  # not the unfinished one
     assert grid["n_jobs"] == 2
-    assert f"{RUNNING}  (interrupted: export again" in out  # its process is gone
-    assert "2 run(s) copied, 0 already in" in out
+    assert f"{RUNNING}  (stopped part-way: rerun the sweep's train.py command" in out  # gone
+    assert "2 run(s) copied, 0 already in" in out and "1 left out" in out
 
 
 def test_exporting_again_copies_nothing_and_adds_what_finished_since(sweep, tmp_path):
@@ -155,3 +155,26 @@ def test_a_dest_inside_the_sweep_or_that_is_a_file_is_refused_before_any_copy(
         assert f"{a_file} is a file, not a folder" in capsys.readouterr().err
     assert a_file.read_text() == "keep"
     assert {f: (sweep / f).read_bytes() for f in _files(sweep)} == before
+
+
+def test_each_run_left_out_says_what_makes_it_exportable(sweep, tmp_path, capsys):
+    """Every left-out run was told to 'export again when it is done', a failed or never
+    started one too; an empty sweep exited 0 with '0 run(s) copied'."""
+    _write(sweep / "parity/rlt1/4+4/seed50/status.json", json.dumps({"state": "failed"}))
+    _write(sweep / "parity/rlt1/4+4/seed51/status.json", "{ cut")
+    grid = json.loads((sweep / "grid.json").read_text())
+    grid["cells"].append({"cell": "parity/rlt1/4+4/seed52"})
+    _write(sweep / "grid.json", json.dumps(grid))
+    assert main(["export", str(sweep), str(tmp_path / "out"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    for cell, says in (
+        ("seed50", "(failed: rerun the sweep's train.py command (it retries the cell)"),
+        ("seed51", "(a file of it does not parse: rerun the sweep's train.py command"),
+        ("seed52", "(not started: rerun the sweep's train.py command"),
+    ):
+        (line,) = [x for x in out.splitlines() if cell in x]
+        assert line.startswith("left out") and says in line
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["export", str(empty), str(tmp_path / "out2")]) == 1
+    assert "no runs under" in capsys.readouterr().out and not (tmp_path / "out2").exists()
