@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -170,7 +171,32 @@ def write_report(
         path = out / f"{name}.csv"
         getattr(c, name).to_csv(path, index=False)
         paths.append(path)
+    _remove_stale(out, paths)
     return text, paths
+
+
+# The files the last report wrote into its directory, one name a line: what a report of other
+# runs into the same --out does not write again (a probe table, a schedule view) is removed,
+# never a file a report did not write.
+MANIFEST = ".report_files"
+
+
+def _remove_stale(out: Path, paths: list[Path]) -> None:
+    """Remove the files an earlier report wrote to ``out`` that this one did not (they would sit
+    beside report.md as if they were its own), and record this report's."""
+    written = {p.name for p in paths}
+    manifest = out / MANIFEST
+    earlier = set(manifest.read_text().split()) if manifest.is_file() else set()
+    stale = sorted(n for n in earlier - written if "/" not in n and (out / n).is_file())
+    for name in stale:
+        (out / name).unlink()
+    if stale:
+        print(
+            f"note: removed {len(stale)} file(s) an earlier report wrote to {out} that this one "
+            f"does not: {', '.join(stale)}",
+            file=sys.stderr,
+        )
+    manifest.write_text("".join(f"{n}\n" for n in sorted(written)))
 
 
 def markdown_summary(

@@ -330,3 +330,20 @@ def test_a_grid_cell_without_an_integer_seed_is_a_warning_not_a_traceback(
     assert str(root / "grid.json") in line and f"cell 1 has seed {json.dumps(seed)}" in line
     table = pd.read_csv(tmp_path / "out" / "table2_test_min_val_loss.csv")
     assert len(table) == len(TASKS) * len(MODELS) and set(table["n"]) == {len(SEEDS)}
+
+
+def test_a_reused_out_keeps_no_table_of_the_earlier_report(sweep: Path, tmp_path: Path, capsys):
+    """A report into an --out an earlier report of other runs wrote left that report's tables
+    (a probe table, say) beside the new report.md, as if they were its own. Only files a report
+    wrote are removed: a file of the user's stays."""
+    out = tmp_path / "out"
+    assert tables_main([str(sweep), "--quiet", "--out", str(out)]) == 0
+    (out / "probe.csv").write_text("an earlier report's table\n")  # as if it had written it
+    manifest = out / ".report_files"
+    manifest.write_text(manifest.read_text() + "probe.csv\n")
+    (out / "notes.txt").write_text("mine")
+    first = sorted(p.name for p in out.iterdir())
+    assert tables_main([str(sweep), "--quiet", "--out", str(out)]) == 0
+    assert "removed 1 file(s) an earlier report wrote" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == [n for n in first if n != "probe.csv"]
+    assert (out / "notes.txt").read_text() == "mine"
