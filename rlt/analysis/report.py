@@ -55,7 +55,8 @@ def protocol_notes(c: Collection) -> list[str]:
     for task, runs in used.groupby("task"):
         lo, hi = runs["train_len_min"].min(), runs["train_len_max"].max()
         if lo == lo and hi == hi:  # not NaN
-            notes.append(f"{task}: trained on lengths {int(lo)}-{int(hi)}")
+            span = f"length {int(lo)}" if lo == hi else f"lengths {int(lo)}-{int(hi)}"
+            notes.append(f"{task}: trained on {span}")
     return notes
 
 
