@@ -267,6 +267,58 @@ class Task(ABC):
         return f"{type(self).__name__}({opts})"
 
 
+def rendering_problem(task: Task, split: str, index: int, length: int | None = None) -> str | None:
+    """What is wrong with one example as ``task.render`` makes it, or None: the contract a
+    model and the batches rely on (``Rendered``: lists of ints as long as each other, a prompt
+    inside the sequence, ids inside the task's vocabulary, at least one scored position). A
+    task that breaks it would train to "done" on nothing, or fail mid-run; the config check
+    renders a few examples first (rlt/training/spec.py)."""
+    try:
+        instance = (
+            task.sample(task.rng(split, index, length or 0), length)
+            if length
+            else (task.sample_train(task.rng(split, index)))
+        )
+        r = task.render(instance)
+    except Exception as e:  # noqa: BLE001 - the task's own code: named, not a traceback
+        return f"render raised {type(e).__name__}: {e}"
+    where = f"its {split} example {index}" + (f" at length {length}" if length else "")
+    if not isinstance(r, Rendered):
+        return f"render returned a {type(r).__name__} for {where}, not a Rendered(...)"
+    for name in ("tokens", "labels"):
+        seq = getattr(r, name)
+        if not isinstance(seq, list) or not all(
+            isinstance(x, int) and not isinstance(x, bool) for x in seq
+        ):
+            return f"{where}: {name} must be a list of int token ids, got {type(seq).__name__}"
+    tokens, labels, v = r.tokens, r.labels, task.vocab_size
+    if len(labels) != len(tokens):
+        return f"{where}: {len(labels)} labels for {len(tokens)} tokens (one label per position)"
+    if not isinstance(r.prompt_len, int) or not 1 <= r.prompt_len <= len(tokens):
+        return f"{where}: prompt_len {r.prompt_len!r} is not within its {len(tokens)} tokens"
+    if bad := sorted({x for x in tokens if not 0 <= x < v}):
+        return f"{where}: token ids {bad[:5]} outside the vocabulary's 0-{v - 1}"
+    scored = [y for y in labels if y != IGNORE]
+    if not scored:
+        return f"{where}: no position is scored (every label is IGNORE)"
+    if bad := sorted({y for y in scored if not 2 <= y < v}):
+        return (
+            f"{where}: labels {bad[:5]} are no token a model predicts (ids 2-{v - 1}: <pad> 0 "
+            f"and <bos> 1 never are; IGNORE={IGNORE} marks an unscored position)"
+        )
+    return None
+
+
+def check_rendering(task: Task) -> None:
+    """Raise ``ValueError`` naming what is wrong with the first training and validation example
+    and the first test example at the shortest and the longest test length."""
+    probes = [("train", 0, None), ("val", 0, None)]
+    probes += [("test", 0, n) for n in sorted({min(task.test_lengths), max(task.test_lengths)})]
+    for split, index, length in probes:
+        if (problem := rendering_problem(task, split, index, length)) is not None:
+            raise ValueError(f"{type(task).__name__}.render: {problem}")
+
+
 def check_choice(value: Any, option: str, choices: Sequence[str]) -> str:
     """Validate a string option against its allowed values."""
     if value not in choices:

@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from rlt import families, plugins, rundir
 from rlt.tasks import get_task, vocab
+from rlt.tasks.base import check_rendering
 from rlt.training import hydra_env, schema
 from rlt.training.environment import check_environment
 from rlt.training.families import resolve_model
@@ -127,13 +128,15 @@ def _task(cfg: DictConfig):
         options = dict(cfg.task.options)
         if cfg.task.test_lengths:
             options["test_lengths"] = list(cfg.task.test_lengths)
-        return get_task(
+        task = get_task(
             cfg.task.kind,
             data_seed=cfg.task.data_seed,
             n_val=cfg.scale.n_val,
             n_test=cfg.scale.n_test,
             **options,
         )
+        check_rendering(task)  # a plugin task's examples, before anything is written
+        return task
     except (ValueError, TypeError, KeyError) as e:
         raise ConfigError(f"task {cfg.task.name!r}: {e}") from e
 
