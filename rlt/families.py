@@ -151,6 +151,9 @@ DEPTH_LABELS = _DepthLabels()
 class _ConfigClasses(Mapping):
     """``model.family`` -> its config dataclass, over the live table."""
 
+    def __contains__(self, name: object) -> bool:  # registered: nothing loaded to tell
+        return name in _TABLE
+
     def __getitem__(self, name: str) -> type:
         if name not in _TABLE:
             raise KeyError(name)

@@ -42,3 +42,16 @@ def load(names) -> list[tuple[str, Exception]]:
         except Exception as e:  # noqa: BLE001 - a user's module may fail in any way
             failed.append((name, e))
     return failed
+
+
+def where(e: Exception) -> str:
+    """``Type: message`` of an error a plugin's import raised, with the file and line of the
+    plugin's code it came from (the innermost frame outside the import machinery)."""
+    import traceback
+
+    text = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    if isinstance(e, SyntaxError) and e.filename:
+        return f"SyntaxError: {e.msg} ({e.filename}, line {e.lineno}); fix the plugin"
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if "importlib" not in f.filename]
+    at = f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
+    return f"{text}{at}; fix the plugin"

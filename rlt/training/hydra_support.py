@@ -60,7 +60,11 @@ def precheck_overrides(argv: list[str]) -> None:
     if family not in FAMILIES:
         return  # an unknown model or family: Hydra and prepare() report it
     sized = {"d_model", "n_heads", "d_ff", "n_enc", "n_dec", "n_layers", "vocab_size"}
-    valid = sorted({f.name for f in dataclasses.fields(FAMILIES[family])} - sized | meta)
+    try:
+        fields = {f.name for f in dataclasses.fields(FAMILIES[family])}
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return  # a family whose config class does not load: prepare() says which and why
+    valid = sorted(fields - sized | meta)
     for arg in argv:
         key = arg.split("=", 1)[0]
         if key.startswith("model.") and "=" in arg and key[len("model.") :] not in valid:

@@ -105,10 +105,12 @@ def load_plugins(names) -> None:
             f"plugins must be a list of module names, e.g. plugins=[my_lab.tasks]; got {names!r}"
         )
     for name, e in plugins.load(list(names)):
-        raise ConfigError(
-            f"plugins: cannot import {name!r} ({type(e).__name__}: {e}); run from its directory, "
-            "put it on PYTHONPATH or install it"
-        ) from e
+        if isinstance(e, ModuleNotFoundError) and e.name and name.startswith(e.name):
+            raise ConfigError(
+                f"plugins: cannot find {name!r} ({e}); run from its directory, put it on "
+                "PYTHONPATH or install it"
+            ) from e
+        raise ConfigError(f"plugins: {name!r} failed while importing: {plugins.where(e)}") from e
 
 
 def check_writable_root(path: Path) -> None:
