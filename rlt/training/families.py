@@ -60,7 +60,10 @@ def _model_config(cfg: DictConfig) -> tuple[families.Family, type, dict[str, Any
     model, scale, split = cfg.model, cfg.scale, cfg.split
     family = model.get("family")
     if families.find(family) is None:
-        raise ConfigError(f"model.family {family!r} is unknown; expected one of {sorted(FAMILIES)}")
+        raise ConfigError(
+            f"model.family {family!r} is unknown; expected one of {sorted(FAMILIES)} (a lab's "
+            "family is registered by its module: plugins=[its.module])"
+        )
     entry = families.get(family)
     config_cls = _checked_classes(entry)
     fields = {f.name for f in dataclasses.fields(config_cls)}

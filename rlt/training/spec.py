@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from rlt import families, plugins, rundir
 from rlt.tasks import get_task, vocab
-from rlt.tasks.base import check_rendering
+from rlt.tasks.base import TASKS, check_rendering
 from rlt.training import hydra_env, schema
 from rlt.training.environment import check_environment
 from rlt.training.families import resolve_model
@@ -140,7 +140,10 @@ def _task(cfg: DictConfig):
         check_rendering(task)  # a plugin task's examples, before anything is written
         return task
     except (ValueError, TypeError, KeyError) as e:
-        raise ConfigError(f"task {cfg.task.name!r}: {e}") from e
+        hint = ""
+        if cfg.task.kind not in TASKS:
+            hint = " (a lab's task is registered by its module: plugins=[its.module])"
+        raise ConfigError(f"task {cfg.task.name!r}: {e}{hint}") from e
 
 
 def _identity(cfg: DictConfig, entry: families.Family, run_dir: Path) -> dict[str, Any]:
