@@ -163,6 +163,8 @@ OPEN_NUMBERS: dict[str, Any] = {
     "optim.grad_clip": _number(float, 0, nullable=True),
 }
 TOP_LEVEL = frozenset(f.name for f in dataclasses.fields(Run))
+# Top-level keys that are true or false, nothing else.
+SWITCHES = ("resume", "force", "print_table")
 
 
 def check(cfg: DictConfig, *, stored: bool = False) -> None:
@@ -205,6 +207,10 @@ def _check_rules(cfg: DictConfig) -> None:
         raise ConfigError(
             f"scale.min_lr ({cfg.scale.min_lr}) must not exceed scale.lr ({cfg.scale.lr})"
         )
+    for key in SWITCHES:
+        if key in cfg and not isinstance(cfg.get(key), bool):
+            # bool("no") is True: force=no would retrain a finished run and replace its results
+            raise ConfigError(f"{key} must be true or false, got {cfg.get(key)!r}")
     es = cfg.callbacks.early_stop.val_acc
     if es is not None and es > 1:
         raise ConfigError(f"callbacks.early_stop.val_acc is a fraction in [0, 1], got {es!r}")
@@ -335,6 +341,14 @@ def _check_shapes(cfg: DictConfig) -> None:
             raise ConfigError(f"split.{key} must be a non-negative integer, got {split[key]!r}")
     if split.n_enc + split.n_dec < 1:
         raise ConfigError(f"split {split.name!r} has no layers; pick e.g. split=4+4")
+    named = re.fullmatch(r"(\d+)\+(\d+)", str(split.name))
+    if named and (int(named[1]), int(named[2])) != (split.n_enc, split.n_dec):
+        # the name is the run's directory and table column: a 3+2 stored as 2+2 would be
+        # averaged with the real 2+2 runs
+        raise ConfigError(
+            f"split.name {split.name!r} does not match split.n_enc={split.n_enc} + "
+            f"split.n_dec={split.n_dec}; use split={split.n_enc}+{split.n_dec} (or change both)"
+        )
     if scale.global_batch % scale.micro_batch != 0:
         raise ConfigError(
             f"scale.global_batch={scale.global_batch} is not a multiple of "

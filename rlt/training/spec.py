@@ -117,6 +117,11 @@ def check_writable_root(path: Path) -> None:
     """The nearest existing directory of ``path`` is writable (its permission bits)."""
     path = Path(path).resolve()
     existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise ConfigError(
+            f"cannot write under {path}: {existing} is a file, not a directory; put the runs "
+            "elsewhere with root=DIR"
+        )
     if not os.access(existing, os.W_OK):
         raise ConfigError(
             f"cannot write under {path} ({existing} is read-only); make it writable or put the "

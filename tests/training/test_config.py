@@ -110,8 +110,15 @@ def test_bad_configs_fail_before_work(overrides, match):
         (["callbacks.early_stop.patience=0"], r"patience must be an integer >= 1, got 0$"),
         (["trainer.progress_seconds=true"], r"progress_seconds must be a number >= 0, got True"),
         (["seed=-1"], r"^seed must be an integer >= 0, got -1$"),
+        # bool("no") is True: force=no retrained a finished run and replaced its results
+        (["force=no"], r"^force must be true or false, got 'no'$"),
+        (["resume=off"], r"^resume must be true or false, got 'off'$"),
+        (["print_table=1"], r"^print_table must be true or false, got 1$"),
+        # a 3+2 was stored, and tabulated, as 2+2
+        (["split=2+2", "split.n_enc=3"], r"^split\.name '2\+2' does not match split\.n_enc=3 "
+         r"\+ split\.n_dec=2; use split=3\+2"),
     ],
-)
+)  # fmt: skip
 def test_schema_refuses_unknown_keys_and_bad_values_in_one_line(overrides, match):
     with pytest.raises(ConfigError, match=match):
         prepare(compose_cfg(["experiment=tiny", *overrides]))
