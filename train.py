@@ -8,11 +8,13 @@ python train.py -m sweep=main                     # the report's depth-8 grid
 A configuration error prints one line naming the key and the fix (exit status 2); set
 RLT_DEBUG=1 for the traceback. In a grid, a cell refused once it runs (an unreadable
 last.ckpt) is listed as refused and the other cells go on (exit status 1). Every cell of the command is checked before Hydra creates any
-directory (hydra_support.precheck), so a refused command leaves root as it was.
+directory (hydra_support.precheck), so a refused command leaves root as it was. A SIGTERM to a
+grid run here (the basic launcher) stops the grid: the summary, then exit status 143.
 """
 
 import os
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -23,7 +25,7 @@ from rlt.training import hydra_support
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     from rlt.training.checkpoints import WriteError
-    from rlt.training.run import run
+    from rlt.training.run import SIGTERM_EXIT, run
     from rlt.training.spec import ConfigError
 
     multirun = hydra_support.is_multirun()
@@ -45,6 +47,13 @@ def main(cfg: DictConfig) -> None:
         sys.exit(1)
     if multirun:
         hydra_support.report_job(cfg, outcome)
+        if hydra_support.stops_the_grid(outcome):  # SIGTERM to a grid trained in this process
+            from hydra.core.hydra_config import HydraConfig
+
+            hydra_support.print_summary(Path(HydraConfig.get().sweep.dir))
+            print("the grid was stopped (SIGTERM): its later cells were not started; the same "
+                  "command resumes the stopped cell and runs the rest", flush=True)  # fmt: skip
+            sys.exit(SIGTERM_EXIT)
     elif outcome.get("state") == "busy":
         sys.exit(3)  # another process trains this run: nothing was done here
 

@@ -215,36 +215,54 @@ class SweepSummary(Callback):
             print(f"follow the sweep with: python -m rlt.sweep status {sweep_dir}", flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        jobs = _jobs_dir(Path(config.hydra.sweep.dir))
-        reports = []
-        for f in sorted(jobs.glob("*.json"), key=lambda p: int(p.stem)):
-            reports.append(json.loads(f.read_text()))
-        counts: dict[str, int] = {}
-        for r in reports:
-            counts[r["state"]] = counts.get(r["state"], 0) + 1
-        print("\nsweep summary (" + str(Path(config.hydra.sweep.dir)) + ")")
-        for r in reports:
-            print(f"  {r['state']:8s} {r['cell']}")
-        print("  total: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no jobs")
-        failed = [r for r in reports if r["state"] == "failed"]
-        if failed:
-            print("failed cells (see status.json in each run directory):")
-            for r in failed:
-                print(f"  {r['cell']}: {r.get('error', '')}")
-        refused = [r for r in reports if r["state"] == "refused"]
-        if refused:
-            print("refused cells (nothing of theirs was changed; each line names the fix):")
-            for r in refused:
-                print(f"  {r['cell']}: {r.get('error', '')}")
-        if any(r["state"] == "interrupted" for r in reports):
-            print(
-                "interrupted cells were stopped from outside (SIGTERM, scancel, Ctrl-C) or by "
-                "trainer.args.max_time; "
-                "launching the same command again resumes them from their last.ckpt"
-            )
-        sys.stdout.flush()
-        if failed or refused or any(r["state"] == "interrupted" for r in reports):
+        if print_summary(Path(config.hydra.sweep.dir)):
             sys.exit(1)
+
+
+def print_summary(sweep_dir: Path) -> bool:
+    """Print the launch's summary from its jobs' reports; whether a cell failed, was refused or
+    was interrupted."""
+    jobs = _jobs_dir(sweep_dir)
+    reports = []
+    for f in sorted(jobs.glob("*.json"), key=lambda p: int(p.stem)):
+        reports.append(json.loads(f.read_text()))
+    counts: dict[str, int] = {}
+    for r in reports:
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    print("\nsweep summary (" + str(sweep_dir) + ")")
+    width = max([8, *(len(r["state"]) for r in reports)])
+    for r in reports:
+        print(f"  {r['state']:{width}s} {r['cell']}")
+    print("  total: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no jobs")
+    failed = [r for r in reports if r["state"] == "failed"]
+    if failed:
+        print("failed cells (see status.json in each run directory):")
+        for r in failed:
+            print(f"  {r['cell']}: {r.get('error', '')}")
+    refused = [r for r in reports if r["state"] == "refused"]
+    if refused:
+        print("refused cells (nothing of theirs was changed; each line names the fix):")
+        for r in refused:
+            print(f"  {r['cell']}: {r.get('error', '')}")
+    if any(r["state"] == "interrupted" for r in reports):
+        print(
+            "interrupted cells were stopped from outside (SIGTERM, scancel, Ctrl-C) or by "
+            "trainer.args.max_time; "
+            "launching the same command again resumes them from their last.ckpt"
+        )
+    sys.stdout.flush()
+    return bool(failed or refused or any(r["state"] == "interrupted" for r in reports))
+
+
+def stops_the_grid(outcome: dict[str, Any]) -> bool:
+    """Whether a job's outcome ends the whole launch: a SIGTERM to a grid that runs its jobs in
+    this process (Hydra's basic launcher) is meant for the grid, not for its current cell (a
+    SLURM or joblib job is a process of its own, stopped alone)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if outcome.get("state") != "interrupted" or outcome.get("error") != "SIGTERMException":
+        return False
+    return str(HydraConfig.get().launcher.get("_target_", "")).endswith("BasicLauncher")
 
 
 def report_job(cfg: DictConfig, outcome: dict[str, Any]) -> None:

@@ -37,6 +37,21 @@ def test_sigterm_exits_with_143_and_the_status_says_interrupted(tmp_path):
     assert json.loads(status_path.read_text())["state"] == "interrupted"
 
 
+def test_sigterm_to_a_grid_trained_in_this_process_stops_the_grid(tmp_path):
+    """The basic launcher runs a grid's cells in the process that got the SIGTERM: it stopped
+    the current cell and started the next (one kill per cell, and exit 1 at the end). Now the
+    grid stops: the summary, the cells after it not started, exit 143."""
+    first = "parity/rlt1/1+1/seed42"
+    stop = f"callbacks.inject_failure={{kind: sigterm, step: 3, cell: '{first}'}}"
+    proc = train_py("-m", *tiny(tmp_path / "r", *SHORT, "seed=42,43", stop), cwd=tmp_path)
+    assert proc.returncode == SIGTERM_EXIT, proc.stderr[-2000:]
+    assert f"interrupted {first}" in proc.stdout and "total: 1 interrupted" in proc.stdout
+    assert "its later cells were not started" in proc.stdout
+    sweep = next((tmp_path / "r").iterdir())
+    assert json.loads((sweep / first / "status.json").read_text())["state"] == "interrupted"
+    assert not (sweep / first.replace("seed42", "seed43")).exists()
+
+
 def test_a_status_json_that_is_not_an_object_is_read_as_damaged(tmp_path):
     run_dir = tmp_path / "sweep" / "parity" / "rlt1" / "1+1" / "seed42"
     run_dir.mkdir(parents=True)
