@@ -6,6 +6,7 @@ config is composed; importing it registers the config resolvers (``hydra_env``).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import sys
@@ -54,6 +55,7 @@ def precheck_overrides(argv: list[str]) -> None:
                 file=sys.stderr,
             )
             sys.exit(2)
+    _check_keys(argv)
     meta = {*MODEL_META, "feedback_interval"}
     model = next((a.split("=", 1)[1] for a in argv if a.startswith("model=")), "rlt1")
     family = _model_family(model)
@@ -71,6 +73,39 @@ def precheck_overrides(argv: list[str]) -> None:
             print(
                 f"config error: {key} is not a model key (model={model}); valid keys: "
                 + ", ".join(f"model.{k}" for k in valid),
+                file=sys.stderr,
+            )
+            sys.exit(2)
+
+
+def _check_keys(argv: list[str]) -> None:
+    """A misspelled top-level key (``sed=43``) or fixed key of a schema group
+    (``scale.max_step=10``): one line naming the key and the nearest valid one. Hydra's own
+    message runs over lines and suggests ``+sed=43``, which the schema then refuses."""
+    import difflib
+
+    from rlt.training.schema import GROUPS, TOP_LEVEL
+
+    groups = {p.name for p in _CONF_DIR.iterdir() if p.is_dir()}
+    for arg in argv:
+        if arg.startswith(("+", "~", "-")) or "=" not in arg:
+            continue
+        key = arg.split("=", 1)[0]
+        top, _, rest = key.partition(".")
+        if top == "hydra" or "." in rest or "/" in key:  # Hydra's own, or a group's path
+            continue
+        if not rest:
+            valid = sorted(TOP_LEVEL | groups)
+        elif top in GROUPS:
+            valid = [f"{top}.{f.name}" for f in dataclasses.fields(GROUPS[top])]
+        else:
+            continue
+        if key not in valid:
+            close = difflib.get_close_matches(key, valid, n=1)
+            print(
+                f"config error: {key} is not a config key"
+                + (f"; did you mean {close[0]}?" if close else "")
+                + f" (valid: {', '.join(valid)})",
                 file=sys.stderr,
             )
             sys.exit(2)

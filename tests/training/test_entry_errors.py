@@ -52,6 +52,18 @@ def test_sigterm_to_a_grid_trained_in_this_process_stops_the_grid(tmp_path):
     assert not (sweep / first.replace("seed42", "seed43")).exists()
 
 
+@pytest.mark.parametrize(
+    "key, nearest",
+    [("sed=43", "seed"), ("scale.max_step=10", "scale.max_steps"), ("trainer.thread=1", "trainer.threads")],
+)  # fmt: skip
+def test_a_misspelled_key_is_one_line_naming_the_nearest(tmp_path, capsys, key, nearest):
+    """Hydra's message ran over lines and suggested '+sed=43', which the schema refuses."""
+    err = refused_by_precheck(tiny(tmp_path, key), capsys)
+    (line,) = err.strip().splitlines()
+    assert f"{key.split('=')[0]} is not a config key; did you mean {nearest}?" in line
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
 def test_a_status_json_that_is_not_an_object_is_read_as_damaged(tmp_path):
     run_dir = tmp_path / "sweep" / "parity" / "rlt1" / "1+1" / "seed42"
     run_dir.mkdir(parents=True)
