@@ -189,8 +189,16 @@ def score(run_dir: Path, policy: str, overrides: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python eval.py", description=__doc__.split("\n")[0])
     parser.add_argument("run_dir", type=Path)
-    parser.add_argument("overrides", nargs="*", help="key=value, e.g. task.test_lengths=[20,512]")
-    parser.add_argument("--policy", default="min_val_loss", help="checkpoint policy to score")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        help=f"key=value of {', '.join(ALLOWED)}; e.g. task.test_lengths=[20,512]",
+    )
+    parser.add_argument(
+        "--policy",
+        default="min_val_loss",
+        help="checkpoint policy to score: min_val_loss (default), max_val_acc or final",
+    )
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
     given = sys.argv[1:] if argv is None else argv
     if not [x for x in given if not x.startswith("-")] and not {"-h", "--help"} & set(given):

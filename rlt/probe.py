@@ -40,7 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m rlt.probe", description="Linear probe of a kept checkpoint's state."
     )
     parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--policy", default="min_val_loss", help="checkpoint policy to probe")
+    parser.add_argument(
+        "--policy",
+        default="min_val_loss",
+        help=f"checkpoint policy to probe: {', '.join(rundir.POLICIES)} (default min_val_loss)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
     args = parser.parse_args(argv)
     if args.threads < 1:
