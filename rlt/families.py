@@ -169,6 +169,47 @@ class _ConfigClasses(Mapping):
 CONFIG_CLASSES = _ConfigClasses()
 
 
+# What every family's model provides (docs/EXTENDING.md): training's forward, and the streaming
+# state that generation and evaluation run on.
+MODEL_METHODS = ("forward", "init_state", "prefill", "step")
+
+
+def checked(name: str) -> tuple[Family, type]:
+    """The family of that name and its config dataclass, once the config and model classes
+    load and provide what a run reads of them; ``ValueError`` naming what is wrong (a plugin's
+    family is checked with the config, not where a run first reaches the missing part)."""
+    entry = get(name)
+    where = f"model family {name!r}"
+    loaded = {}
+    for what, path in (("config", entry.config), ("model", entry.model)):
+        try:
+            loaded[what] = load(path)
+        except (ImportError, AttributeError, ValueError) as e:
+            first = str(e).splitlines()[0] if str(e) else ""
+            raise ValueError(
+                f"{where}: its {what} class {path!r} does not load ({type(e).__name__}: "
+                f'{first}); fix the "module:Class" path in its Family(...) entry'
+            ) from e
+    config_cls, model_cls = loaded["config"], loaded["model"]
+    fields = getattr(config_cls, "__dataclass_fields__", None)
+    if fields is None:
+        raise ValueError(f"{where}: its config class {entry.config!r} is not a dataclass")
+    if "vocab_size" not in fields:
+        raise ValueError(
+            f"{where}: its config {config_cls.__name__} has no vocab_size field (the run sets it "
+            "from the task: the model's embedding and output size); add vocab_size: int = 140"
+        )
+    own = [k for k in model_cls.__mro__ if not k.__module__.startswith("torch")]
+    missing = [m for m in MODEL_METHODS if not any(m in k.__dict__ for k in own)]
+    if missing:
+        raise ValueError(
+            f"{where}: its model {model_cls.__name__} lacks {', '.join(missing)} (a "
+            "rlt.models.base.SequenceModel provides forward, init_state, prefill and step: "
+            "docs/EXTENDING.md)"
+        )
+    return entry, config_cls
+
+
 def load(path: str) -> type:
     """The class a "module:Class" path names (imported on first use)."""
     module, _, attr = path.partition(":")

@@ -64,8 +64,10 @@ def _model_config(cfg: DictConfig) -> tuple[families.Family, type, dict[str, Any
             f"model.family {family!r} is unknown; expected one of {sorted(FAMILIES)} (a lab's "
             "family is registered by its module: plugins=[its.module])"
         )
-    entry = families.get(family)
-    config_cls = _checked_classes(entry)
+    try:
+        entry, config_cls = families.checked(family)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
     fields = {f.name for f in dataclasses.fields(config_cls)}
     settable = sorted(fields - set(_FROM_SCALE) - {"n_enc", "n_dec", "n_layers", "vocab_size"})
     # The baselines carry feedback_interval: null only so every model node has the same keys.
@@ -93,45 +95,6 @@ def _model_config(cfg: DictConfig) -> tuple[families.Family, type, dict[str, Any
     except (ValueError, TypeError) as e:
         raise ConfigError(f"model config: {e}") from e
     return entry, config_cls, kwargs
-
-
-# What every family's model provides (docs/EXTENDING.md): training's forward, and the streaming
-# state that generation and evaluation run on.
-MODEL_METHODS = ("forward", "init_state", "prefill", "step")
-
-
-def _checked_classes(entry: families.Family) -> type:
-    """The family's config dataclass, once it and the model class load and provide what a run
-    reads of them (a plugin's family is checked here, before anything is written, not where
-    the run first reaches the missing part)."""
-    where = f"model family {entry.name!r}"
-    loaded = {}
-    for what, path in (("config", entry.config), ("model", entry.model)):
-        try:
-            loaded[what] = families.load(path)
-        except (ImportError, AttributeError, ValueError) as e:
-            raise ConfigError(
-                f"{where}: its {what} class {path!r} does not load ({type(e).__name__}: "
-                f'{str(e).splitlines()[0] if str(e) else ""}); fix the "module:Class" path in '
-                "its Family(...) entry"
-            ) from e
-    config_cls, model_cls = loaded["config"], loaded["model"]
-    if not dataclasses.is_dataclass(config_cls):
-        raise ConfigError(f"{where}: its config class {entry.config!r} is not a dataclass")
-    if "vocab_size" not in {f.name for f in dataclasses.fields(config_cls)}:
-        raise ConfigError(
-            f"{where}: its config {config_cls.__name__} has no vocab_size field (the run sets it "
-            "from the task: the model's embedding and output size); add vocab_size: int = 140"
-        )
-    own = [k for k in model_cls.__mro__ if not k.__module__.startswith("torch")]
-    missing = [m for m in MODEL_METHODS if not any(m in k.__dict__ for k in own)]
-    if missing:
-        raise ConfigError(
-            f"{where}: its model {model_cls.__name__} lacks {', '.join(missing)} (a "
-            "rlt.models.base.SequenceModel provides forward, init_state, prefill and step: "
-            "docs/EXTENDING.md)"
-        )
-    return config_cls
 
 
 def resolve_model(

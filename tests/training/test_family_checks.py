@@ -61,8 +61,6 @@ def test_a_family_that_cannot_serve_a_run_is_refused_with_the_config(
 
 
 def test_the_built_in_families_provide_what_a_run_reads() -> None:
-    from rlt.training.families import MODEL_METHODS, _checked_classes
-
     for entry in families.families():
-        assert dataclasses.is_dataclass(_checked_classes(entry))
-    assert all(callable(getattr(DecoderOnlyTransformer, m)) for m in MODEL_METHODS)
+        assert dataclasses.is_dataclass(families.checked(entry.name)[1])
+    assert all(callable(getattr(DecoderOnlyTransformer, m)) for m in families.MODEL_METHODS)
