@@ -142,13 +142,26 @@ def _task(cfg: DictConfig):
             n_test=cfg.scale.n_test,
             **options,
         )
-        check_rendering(task)  # a plugin task's examples, before anything is written
+        _check_rendering_once(task)  # a plugin task's examples, before anything is written
         return task
     except (ValueError, TypeError, KeyError) as e:
         hint = ""
         if cfg.task.kind not in TASKS:
             hint = " (a lab's task is registered by its module: plugins=[its.module])"
         raise ConfigError(f"task {cfg.task.name!r}: {e}{hint}") from e
+
+
+# Task configurations whose rendering this process has checked: a grid's precheck prepares the
+# same task for every model, split and seed, and the examples a check renders depend on the
+# task's class and configuration alone.
+_RENDERING_CHECKED: set[tuple[type, str]] = set()
+
+
+def _check_rendering_once(task) -> None:
+    key = (type(task), repr(sorted(task.config().items())))
+    if key not in _RENDERING_CHECKED:
+        check_rendering(task)
+        _RENDERING_CHECKED.add(key)
 
 
 def _identity(cfg: DictConfig, entry: families.Family, run_dir: Path) -> dict[str, Any]:
