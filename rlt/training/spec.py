@@ -135,14 +135,18 @@ def _task(cfg: DictConfig):
         options = dict(cfg.task.options)
         if cfg.task.test_lengths:
             options["test_lengths"] = list(cfg.task.test_lengths)
-        task = get_task(
-            cfg.task.kind,
-            data_seed=cfg.task.data_seed,
-            n_val=cfg.scale.n_val,
-            n_test=cfg.scale.n_test,
-            **options,
-        )
-        _check_rendering_once(task)  # a plugin task's examples, before anything is written
+        sizes = {
+            "data_seed": cfg.task.data_seed,
+            "n_val": cfg.scale.n_val,
+            "n_test": cfg.scale.n_test,
+        }
+        task = get_task(cfg.task.kind, **sizes, **options)
+        # A plugin task's examples, before anything is written; once per class and options (a
+        # grid's precheck prepares the same task for every model, split and seed).
+        key = (type(task), repr(sorted({**sizes, **options}.items())))
+        if key not in _RENDERING_CHECKED:
+            check_rendering(task)
+            _RENDERING_CHECKED.add(key)
         return task
     except (ValueError, TypeError, KeyError) as e:
         hint = ""
@@ -151,17 +155,8 @@ def _task(cfg: DictConfig):
         raise ConfigError(f"task {cfg.task.name!r}: {e}{hint}") from e
 
 
-# Task configurations whose rendering this process has checked: a grid's precheck prepares the
-# same task for every model, split and seed, and the examples a check renders depend on the
-# task's class and configuration alone.
+# Task classes and options whose rendering this process has checked.
 _RENDERING_CHECKED: set[tuple[type, str]] = set()
-
-
-def _check_rendering_once(task) -> None:
-    key = (type(task), repr(sorted(task.config().items())))
-    if key not in _RENDERING_CHECKED:
-        check_rendering(task)
-        _RENDERING_CHECKED.add(key)
 
 
 def _identity(cfg: DictConfig, entry: families.Family, run_dir: Path) -> dict[str, Any]:
