@@ -34,6 +34,15 @@ def _lengths(values: list[str] | None, flag: str) -> Lengths:
     return out
 
 
+def _refused(*checks: tuple[str, str | None]) -> bool:
+    """Print the first (flag, problem) that has a problem, in one line; whether one had."""
+    for flag, problem in checks:
+        if problem:
+            print(f"error: {flag}: {problem}", file=sys.stderr)
+            return True
+    return False
+
+
 def _usage_error(message: str):
     """A bad option value: one line, exit status 2 (as argparse's own errors)."""
     print(f"error: {message}", file=sys.stderr)
@@ -173,15 +182,13 @@ def tables_main(argv: Sequence[str] | None = None) -> int:
     c = _collected(a)
     if c is None:
         return 2
-    for flag, problem in (
+    if _refused(
         ("--length", _untested_lengths(c, opts.lengths)),
         ("--fb-length", _untested_lengths(c, opts.fb_lengths)),
         ("--step", _unvalidated_step(c, a.step)),
         ("--split", _absent_split(c, a.split)),
     ):
-        if problem:
-            print(f"error: {flag}: {problem}", file=sys.stderr)
-            return 2
+        return 2
     out = a.out or a.sweep_dirs[0] / "analysis"
     try:
         text, paths = write_report(c, out, opts)
@@ -273,13 +280,10 @@ def figures_main(argv: Sequence[str] | None = None) -> int:
     c = _collected(a)
     if c is None:
         return 2
-    for flag, problem in (
-        ("--length", _untested_lengths(c, lengths)),
-        ("--split", _absent_split(c, a.split)),
+    if _refused(
+        ("--length", _untested_lengths(c, lengths)), ("--split", _absent_split(c, a.split))
     ):
-        if problem:
-            print(f"error: {flag}: {problem}", file=sys.stderr)
-            return 2
+        return 2
     from rlt.analysis.figures import make_figures  # matplotlib only when drawing
 
     out = a.out or a.sweep_dirs[0] / "analysis" / "figures"
